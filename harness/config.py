@@ -1,0 +1,224 @@
+"""matrix.yaml: schema, loading and validation with errors that name file, key and expectation."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.runtimes import RUNTIMES
+
+Scalar = Union[str, int, float, bool]
+AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision")
+
+
+def _check_opset(v: int) -> int:
+    if not 7 <= v <= 26:
+        raise ValueError("expected an ONNX opset between 7 and 26")
+    return v
+
+
+Opset = Annotated[int, AfterValidator(_check_opset)]
+
+
+def _check_axes(rule: dict) -> dict:
+    unknown = [k for k in rule if k not in AXES]
+    if unknown:
+        raise ValueError(f"unknown axis {unknown[0]!r}; expected keys among {list(AXES)}")
+    return rule
+
+
+Rule = Annotated[dict[str, Union[Scalar, list[Scalar]]], AfterValidator(_check_axes)]
+
+
+class ConfigError(ValueError):
+    """A matrix file that cannot be used; the message names the file, the key and what was expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TorchSpec(_Strict):
+    version: str
+    python: str | None = None
+    numpy: str | None = None
+    onnx: str | None = None
+    onnxscript: str | None = None
+    protobuf: str | None = None
+    extras: list[str] = Field(default_factory=list)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError("expected a torch release such as '2.13.0'") from None
+        return v
+
+
+class RuntimeSpec(_Strict):
+    name: str
+    version: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in RUNTIMES:
+            raise ValueError(f"expected one of {sorted(RUNTIMES)}")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name if self.version is None else f"{self.name}@{self.version}"
+
+
+class CaseEntry(_Strict):
+    target: str
+    name: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return self.target.rsplit(":", 1)[-1] if ":" in self.target else self.target
+
+
+class XfailEntry(_Strict):
+    match: dict[str, Scalar | list[Scalar]]
+    reason: str = Field(min_length=3)
+    link: str = Field(min_length=8)
+
+    @field_validator("match")
+    @classmethod
+    def _axes(cls, v: dict) -> dict:
+        return _check_axes(v)
+
+
+class LatencyConfig(_Strict):
+    enabled: bool = True
+    warmup_runs: int = Field(10, ge=0)
+    warmup_s: float = Field(0.2, ge=0)
+    min_runs: int = Field(200, ge=1)
+    min_time_s: float = Field(1.0, ge=0)
+    max_time_s: float = Field(30.0, gt=0)
+    unstable_cv: float = Field(0.05, gt=0)
+
+
+class OptionsAxes(_Strict):
+    constant_folding: list[bool] = Field(default_factory=lambda: [True], min_length=1)
+    dynamic: list[bool] = Field(default_factory=lambda: [True], min_length=1)
+    precision: list[Literal["fp32", "fp16", "bf16"]] = Field(default_factory=lambda: ["fp32"], min_length=1)
+
+
+class InstallConfig(_Strict):
+    python: str = "3.11"
+    find_links: list[str] = Field(default_factory=list)
+    index_url: str | None = None
+    extra_index_urls: list[str] = Field(default_factory=list)
+
+
+class Matrix(_Strict):
+    torch: list[TorchSpec] = Field(min_length=1)
+    exporters: list[Literal["torchscript", "dynamo"]] = Field(min_length=1)
+    opsets: list[Opset] = Field(min_length=1)
+    runtimes: list[RuntimeSpec] = Field(default_factory=lambda: [RuntimeSpec(name="ort-cpu")], min_length=1)
+    cases: list[CaseEntry] = Field(min_length=1)
+    options: OptionsAxes = Field(default_factory=OptionsAxes)
+    include: list[Annotated[dict[str, Scalar], AfterValidator(_check_axes)]] = Field(default_factory=list)
+    exclude: list[Rule] = Field(default_factory=list)
+    xfail: list[XfailEntry] = Field(default_factory=list)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    threads: int = Field(1, ge=1)
+    cell_timeout_s: float = Field(600, gt=0)
+    install: InstallConfig = Field(default_factory=InstallConfig)
+
+    @field_validator("torch", mode="before")
+    @classmethod
+    def _torch(cls, v: Any) -> Any:
+        return [{"version": x} if isinstance(x, (str, int, float)) else x for x in _as_list(v)]
+
+    @field_validator("runtimes", mode="before")
+    @classmethod
+    def _runtimes(cls, v: Any) -> Any:
+        return [{"name": x} if isinstance(x, str) else x for x in _as_list(v)]
+
+    @field_validator("cases", mode="before")
+    @classmethod
+    def _cases(cls, v: Any) -> Any:
+        from harness.probes import GROUPS
+
+        out: list[Any] = []
+        for x in _as_list(v):
+            if isinstance(x, str) and x in GROUPS:
+                out.extend({"target": p} for p in GROUPS[x])
+            else:
+                out.append({"target": x} if isinstance(x, str) else x)
+        return out
+
+    @model_validator(mode="after")
+    def _unique_cases(self) -> "Matrix":
+        labels = [c.label for c in self.cases]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"case names must be unique; repeated: {dup} (give each a 'name')")
+        return self
+
+
+def _as_list(v: Any) -> Any:
+    return v if isinstance(v, list) else [v] if isinstance(v, (str, int, float, dict)) else v
+
+
+def _format_error(path: Path, err: dict, data: Any) -> str:
+    loc = ""
+    node = data
+    for part in err["loc"]:
+        if isinstance(part, int):
+            loc += f"[{part}]"
+        elif isinstance(node, (dict, list)) or not loc:
+            loc += f".{part}" if loc else str(part)
+        node = node[part] if isinstance(node, (dict, list)) and _has(node, part) else None
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if err["type"] == "missing" else f" (got {got!r})"
+    return f"{path}: key '{loc or '<top>'}': {msg}{shown}"
+
+
+def _has(node: Any, part: Any) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(part, int) and 0 <= part < len(node)
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    """Read and validate a matrix file; raise ConfigError naming file, key and expectation."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with keys torch, exporters, opsets, cases")
+    try:
+        return Matrix.model_validate(data)
+    except ValidationError as exc:
+        lines = [_format_error(path, e, data) for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def matrix_hash(matrix: Matrix) -> str:
+    blob = json.dumps(matrix.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

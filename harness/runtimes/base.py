@@ -1,0 +1,86 @@
+"""The runner interface every runtime implements (activate / infer / deactivate).
+
+Public methods guard state and call ``*_impl``; vendor libraries are imported inside the
+implementations so that an environment without one runtime still runs the others.
+"""
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime cannot run here (package missing, no device, no driver): a skip, not a failure."""
+
+
+class Runner(abc.ABC):
+    name: str = "runner"
+
+    def __init__(self, model_path: Path, threads: int | None = None, precision: str = "fp32",
+                 options: dict[str, Any] | None = None) -> None:
+        self.model_path = Path(model_path)
+        self.threads = threads
+        self.precision = precision
+        self.options = dict(options or {})
+        self.is_active = False
+        self.facts: dict[str, Any] = {"precision": precision}
+
+    # -- availability -------------------------------------------------------------------------
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when the runtime can run here, otherwise why not (checked with the real API)."""
+        return None
+
+    @classmethod
+    def version(cls) -> str | None:
+        return None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def activate(self) -> "Runner":
+        if self.is_active:
+            raise RuntimeError(f"{self.name} runner is already active")
+        reason = self.unavailable_reason()
+        if reason:
+            raise RuntimeUnavailable(reason)
+        self.activate_impl()
+        self.is_active = True
+        return self
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if not self.is_active:
+            raise RuntimeError(f"{self.name} runner must be activated before infer()")
+        return self.infer_impl(feeds)
+
+    def timed_call(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+        """A zero-argument callable doing one synchronous inference, for the latency protocol."""
+        return lambda: self.infer(feeds)
+
+    def deactivate(self) -> None:
+        if self.is_active:
+            self.deactivate_impl()
+            self.is_active = False
+
+    def input_names(self) -> list[str]:
+        return self.input_names_impl()
+
+    def __enter__(self) -> "Runner":
+        return self.activate()
+
+    def __exit__(self, *exc: object) -> None:
+        self.deactivate()
+
+    # -- implementations ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def activate_impl(self) -> None: ...
+
+    @abc.abstractmethod
+    def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+    @abc.abstractmethod
+    def input_names_impl(self) -> list[str]: ...
+
+    def deactivate_impl(self) -> None:
+        pass

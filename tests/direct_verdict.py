@@ -1,0 +1,103 @@
+"""Independent verdicts: plain torch.onnx.export + onnx checker + ONNX Runtime, no harness code.
+
+Run inside an environment's python: ``python direct_verdict.py CELLS.json`` where the file lists
+{"case_file", "case_fn", "exporter", "opset"} items; prints one JSON verdict per line. Tests compare
+these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+def load(path: str, fn: str):
+    spec = importlib.util.spec_from_file_location("direct_case", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, fn)
+
+
+def grow(inputs, dims):
+    sizes = {}
+    for i, ds in dims.items():
+        for d, name in ds.items():
+            sizes.setdefault(name, inputs[i].shape[d] + 1)
+    out = []
+    for i, x in enumerate(inputs):
+        for d, name in sorted(dims.get(i, {}).items()):
+            extra = sizes[name] - x.shape[d]
+            x = torch.cat([x, x.narrow(d, 0, extra)], d)
+        out.append(x)
+    return tuple(out)
+
+
+def flat(o):
+    if isinstance(o, torch.Tensor):
+        return [o.detach().numpy()]
+    if isinstance(o, (list, tuple)):
+        return [y for x in o for y in flat(x)]
+    return []
+
+
+def verdict(item) -> dict:
+    torch.manual_seed(0)
+    res = load(item["case_file"], item["case_fn"])()
+    model, inputs = res[0], tuple(res[1])
+    dims = {int(k): {int(d): n for d, n in v.items()} for k, v in (res[2] if len(res) == 3 else {}).items()}
+    model.eval()
+    names = [f"input_{i}" for i in range(len(inputs))]
+    path = "/tmp/direct_verdict.onnx"
+    shapes = [inputs] + ([grow(inputs, dims)] if dims else [])
+    with torch.no_grad():
+        refs = [flat(model(*x)) for x in shapes]
+    try:
+        if item["exporter"] == "torchscript":
+            torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=False,
+                              input_names=names,
+                              dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
+        else:
+            from torch.export import Dim
+            ds = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in range(len(inputs)))
+            torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=True,
+                              input_names=names, dynamic_shapes=ds if dims else None)
+    except Exception as e:
+        return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+    try:
+        onnx.checker.check_model(path, full_check=True)
+    except Exception as e:
+        return {"stage": "check", "status": "fail", "error": str(e)[:200]}
+    try:
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        return {"stage": "load", "status": "fail", "error": str(e)[:200]}
+    graph_inputs = [i.name for i in sess.get_inputs()]
+    outs = []
+    for x in shapes:
+        feed = {n: t.numpy() for n, t in zip(names, x) if n in graph_inputs}
+        try:
+            outs.append(sess.run(None, feed))
+        except Exception as e:
+            return {"stage": "run", "status": "fail", "error": str(e)[:200]}
+    for ref, out in zip(refs, outs):
+        try:
+            assert len(ref) == len(out), "output count"
+            for r, o in zip(ref, out):
+                assert r.shape == o.shape and r.dtype == o.dtype, "shape/dtype"
+                np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
+        except AssertionError as e:
+            return {"stage": "parity", "status": "fail", "error": str(e)[:200]}
+    return {"stage": None, "status": "pass", "error": None}
+
+
+if __name__ == "__main__":
+    for item in json.load(open(sys.argv[1])):
+        print(json.dumps({**item, **verdict(item)}), flush=True)
