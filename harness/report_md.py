@@ -1,33 +1,19 @@
-"""The markdown matrix (tabulate): one glyph per cell, a legend, failures grouped by signature."""
+"""The markdown matrix (tabulate): one glyph per cell, a legend, failures by signature, changes."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
-from packaging.version import InvalidVersion, Version
 from tabulate import tabulate
 
-from harness.records import Record, count_by_status, option_label
+from harness.aggregate import previous_run, records_frame, status_changes, torch_bumps, torch_sort_key
+from harness.records import Record, count_by_status
 
 GLYPHS = {"pass": "✅", "fail": "❌", "crash": "💥", "timeout": "⏱️", "xfail": "⚠️", "xpass": "❗", "skip": "⏭️"}
 LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ timeout · ⚠️ known failure (xfail) · "
           "❗ known failure now passing (xpass) · ⏭️ skip · `op18`: opset the file declares when it "
           "differs from the one requested · ms: median latency")
-
-
-def records_frame(records: Iterable[Record]) -> pd.DataFrame:
-    rows = []
-    for r in records:
-        rows.append({
-            "case": r.case, "torch": r.torch, "exporter": r.exporter, "opset": r.opset,
-            "runtime": r.runtime, "options": option_label(r.options), "status": r.status,
-            "stage": r.stage, "error": r.error, "signature": r.signature, "hint": r.hint,
-            "opset_actual": r.opset_actual, "latency": (r.latency_ms or {}).get("median"),
-            "max_abs": (r.parity or {}).get("max_abs"), "reason": r.reason, "cell_id": r.cell_id,
-            "bundle": r.bundle, "repro": r.repro,
-        })
-    return pd.DataFrame(rows)
 
 
 def cell_text(row: pd.Series) -> str:
@@ -40,13 +26,6 @@ def cell_text(row: pd.Series) -> str:
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"
     return text
-
-
-def torch_sort_key(v: str):
-    try:
-        return Version(v)
-    except InvalidVersion:
-        return Version("0")
 
 
 def matrix_tables(df: pd.DataFrame) -> str:
@@ -87,7 +66,46 @@ def _short(text: Any, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def render_markdown(records: list[Record], meta: dict[str, Any] | None = None) -> str:
+def changes_table(changes: pd.DataFrame) -> str:
+    """Changed cells grouped under one heading per torch version (or torch bump)."""
+    out = []
+    for torch, grp in changes.groupby("torch", sort=False):
+        rows = [[r.case, r.exporter, r.opset, r.runtime, r.options, _status(r.before, None),
+                 _status(r.after, r.stage), _short(r.error, 90)] for r in grp.itertuples()]
+        out.append(f"#### torch {torch}\n\n" + tabulate(
+            rows, headers=["case", "exporter", "opset", "runtime", "options", "before", "now", "error"],
+            tablefmt="github"))
+    return "\n\n".join(out)
+
+
+def _status(status: str, stage: Any) -> str:
+    text = f"{GLYPHS.get(status, '')} {status}"
+    return text + (f" ({stage})" if isinstance(stage, str) and stage else "")
+
+
+def changes_section(df: pd.DataFrame, previous: tuple[dict[str, Any], pd.DataFrame] | None) -> str:
+    head = "## Changes since the previous run\n\n"
+    if previous is None:
+        return head + "No earlier run in the store shares cells with this one.\n"
+    prev_meta, prev = previous
+    changes = status_changes(prev, df)
+    head += f"Compared with run `{prev_meta.get('run_id', '?')}` on the cells both ran.\n\n"
+    if changes.empty:
+        return head + "No cell changed status.\n"
+    return head + changes_table(changes) + "\n"
+
+
+def bumps_section(df: pd.DataFrame) -> str:
+    if df["torch"].nunique() < 2:
+        return ""
+    bumps = torch_bumps(df)
+    body = changes_table(bumps) if not bumps.empty else "No cell changes status between torch versions."
+    return f"## Changes between torch versions in this run\n\n{body}\n\n"
+
+
+def render_markdown(records: list[Record], meta: dict[str, Any] | None = None,
+                    previous: tuple[dict[str, Any], pd.DataFrame] | None = None,
+                    plots: Iterable[str] = ()) -> str:
     meta = meta or {}
     counts = {k: v for k, v in count_by_status(records).items() if v}
     summary = " · ".join(f"{GLYPHS.get(k, '')} {k} {v}" for k, v in counts.items())
@@ -95,11 +113,17 @@ def render_markdown(records: list[Record], meta: dict[str, Any] | None = None) -
     if not records:
         return head + "No cells were run.\n"
     df = records_frame(records)
+    links = " · ".join(f"[{Path(p).stem}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
-            f"## Failures by signature\n\n{failures_table(df)}\n")
+            f"## Failures by signature\n\n{failures_table(df)}\n\n"
+            f"{bumps_section(df)}{changes_section(df, previous)}"
+            + (f"\nPlots: {links}\n" if links else ""))
 
 
-def write_markdown(run_dir: Path, records: list[Record], meta: dict[str, Any]) -> Path:
-    path = Path(run_dir) / "matrix.md"
-    path.write_text(render_markdown(records, meta), encoding="utf-8")
-    return path
+def write_markdown(run_dir: Path, records: list[Record], meta: dict[str, Any],
+                   reports: Path | None = None, plots: Iterable[str] = ()) -> Path:
+    """matrix.md of a run; with a store, it also lists what changed since the store's previous run."""
+    from harness.store import write_report_file
+
+    previous = previous_run(meta, records_frame(records), reports) if records else None
+    return write_report_file(run_dir, "matrix.md", render_markdown(records, meta, previous, plots))

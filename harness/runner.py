@@ -151,16 +151,14 @@ def environment_failure_records(run_id: str, env_plan: EnvPlan, cells: list[Cell
 
 
 def gpu_unavailable_reason() -> str | None:
-    """Why GPU environments are not built here (None when an NVIDIA driver and device exist)."""
-    import ctypes
+    """Why GPU environments are not built here (None when an NVIDIA driver and device exist).
 
-    if not any(Path("/dev").glob("nvidia[0-9]*")):
-        return "no NVIDIA GPU device (/dev/nvidia*) on this machine"
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "NVIDIA driver library libcuda.so.1 not found"
-    return None
+    The same check the GPU runners make inside their environments, so a skip says the same thing
+    whether the host or the worker noticed first.
+    """
+    from harness.runtimes import gpu_unavailable_reason as reason
+
+    return reason()
 
 
 def skip_records(run_id: str, env_plan: EnvPlan, cells: list[Cell], reason: str) -> list[Record]:

@@ -84,6 +84,61 @@ def resolve_run(ref: str, reports: Path = REPORTS) -> Path:
                             f"{runs_root(reports)}, or 'latest')")
 
 
+# Files a re-render may write into a finished run; everything else there is immutable.
+REPORT_FILES = ("matrix.md", "matrix.html", "plots/latency.svg", "plots/parity.svg")
+IMMUTABLE_FILES = ("results.jsonl", "run.json")
+
+
+def write_report_file(run_dir: Path, name: str, content: str | bytes) -> Path:
+    """Write one report file of a run; refuses the run's results and metadata."""
+    if name not in REPORT_FILES:
+        raise ValueError(f"{name!r} is not a report file; a finished run is never rewritten "
+                         f"(report files: {', '.join(REPORT_FILES)})")
+    path = Path(run_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(content, bytes):
+        tmp.write_bytes(content)
+    else:
+        tmp.write_text(content, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def cell_log_path(run_dir: Path, record: Record) -> Path | None:
+    """The cell's log, also when the run directory was moved (fixtures, copies, published sites)."""
+    if not record.log:
+        return None
+    recorded = Path(record.log)
+    for candidate in (recorded, Path(run_dir) / "logs" / recorded.name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_index(reports: Path = REPORTS) -> list[dict[str, Any]]:
+    """Index entries, oldest first; an absent index is an empty store."""
+    path = reports / "index.json"
+    if not path.exists():
+        return []
+    index = json.loads(path.read_text())
+    if int(index.get("schema", 1)) > SCHEMA_VERSION:
+        raise SchemaError(f"{path}: written by a newer harness (schema {index['schema']}); upgrade to read it")
+    return sorted(index.get("runs", []), key=lambda r: r.get("started") or 0)
+
+
+def torch_counts(records: list[Record]) -> dict[str, dict[str, int]]:
+    """Per torch version: cells that passed and cells that count (skips are not attempts)."""
+    out: dict[str, dict[str, int]] = {}
+    for rec in records:
+        slot = out.setdefault(rec.torch, {"passed": 0, "cells": 0})
+        if rec.status != "skip":
+            slot["cells"] += 1
+        if rec.status in ("pass", "xpass"):
+            slot["passed"] += 1
+    return out
+
+
 def update_index(run_dir: Path, reports: Path = REPORTS) -> None:
     """reports/index.json lists finished runs; reports/latest points at the newest one."""
     run_dir = Path(run_dir).resolve()
@@ -92,19 +147,19 @@ def update_index(run_dir: Path, reports: Path = REPORTS) -> None:
     except ValueError:
         return  # a run written with --output elsewhere is not part of this store
     meta, records = load_run(run_dir)
-    index_path = reports / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {"runs": []}
-    index["runs"] = [r for r in index["runs"] if r["run_id"] != meta["run_id"]]
     from harness.records import count_by_status
 
-    index["runs"].append({
+    runs = [r for r in read_index(reports) if r["run_id"] != meta["run_id"]]
+    runs.append({
         "run_id": meta["run_id"], "dir": str(run_dir.relative_to(reports.resolve())),
         "started": meta["started"], "ended": meta["ended"],
         "torch": sorted({r.torch for r in records}), "counts": count_by_status(records),
+        "by_torch": torch_counts(records),
     })
-    index["runs"].sort(key=lambda r: r["started"])
-    write_json_atomic(index_path, index)
+    runs.sort(key=lambda r: r["started"])
+    write_json_atomic(reports / "index.json", {"schema": SCHEMA_VERSION, "runs": runs})
     latest = reports / "latest"
     if latest.is_symlink() or latest.exists():
         latest.unlink()
-    latest.symlink_to(run_dir.relative_to(reports.resolve()))
+    # Relative, so the store can be moved or checked out elsewhere and still resolve.
+    latest.symlink_to(Path(runs[-1]["dir"]))

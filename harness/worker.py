@@ -171,6 +171,8 @@ def run_cell(ctx: GroupContext, cell: dict[str, Any], versions: dict[str, Any]) 
             runner = runner_cls(ctx.onnx_path, threads=job.get("threads"),
                                 precision=g.get("options", {}).get("precision", "fp32"),
                                 options=cell.get("runtime_options"))
+            if hasattr(runner, "prepare"):  # runtimes that build for given shapes (TensorRT profiles)
+                runner.prepare([{n: tuple(v.shape) for n, v in f.items()} for f in ctx.feeds])
             runner.activate()
             rec.versions["runtime"] = runner_cls.version()
             graph_inputs = runner.input_names()

@@ -1,7 +1,7 @@
 """Independent verdicts: plain torch.onnx.export + onnx checker + ONNX Runtime, no harness code.
 
-Run inside an environment's python: ``python direct_verdict.py CELLS.json`` where the file lists
-{"case_file", "case_fn", "exporter", "opset"} items; prints one JSON verdict per line. Tests compare
+Run inside an environment's python: ``python direct_verdict.py CELLS.json OUT.jsonl`` where the file lists
+{"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
 """
 from __future__ import annotations
@@ -99,5 +99,7 @@ def verdict(item) -> dict:
 
 
 if __name__ == "__main__":
-    for item in json.load(open(sys.argv[1])):
-        print(json.dumps({**item, **verdict(item)}), flush=True)
+    with open(sys.argv[2], "w") as out:
+        for item in json.load(open(sys.argv[1])):
+            out.write(json.dumps({**item, **verdict(item)}) + "\n")
+            out.flush()

@@ -112,9 +112,10 @@ def test_verdicts_match_a_direct_export_and_onnxruntime_run(e2e_records, e2e_met
         job = tmp_path / f"direct-{torch_version}.json"
         job.write_text(json.dumps(items))
         py = env_python(e2e_meta, torch_version)
-        proc = subprocess.run([str(py), str(TESTS / "direct_verdict.py"), str(job)],
+        out = tmp_path / f"direct-{torch_version}.jsonl"
+        proc = subprocess.run([str(py), str(TESTS / "direct_verdict.py"), str(job), str(out)],
                               capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-        direct = {v["cell_id"]: v for v in map(json.loads, proc.stdout.splitlines())}
+        direct = {v["cell_id"]: v for v in map(json.loads, out.read_text().splitlines())}
         assert len(direct) == len(items), proc.stderr[-3000:]
         by_id = {r.cell_id: r for r in e2e_records}
         mismatches = [(cid, (by_id[cid].status, by_id[cid].stage), (v["status"], v["stage"]), v["error"])

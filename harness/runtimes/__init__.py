@@ -1,8 +1,10 @@
 """Runtime registry: adding a runtime is adding a module and an entry here."""
 from __future__ import annotations
 
+import ctypes
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,17 @@ class RuntimeInfo:
 RUNTIMES: dict[str, RuntimeInfo] = {
     "ort-cpu": RuntimeInfo("ort-cpu", "harness.runtimes.ort_cpu:OrtCpuRunner",
                            "onnxruntime", "1.32.0", family="cpu"),
+    # OpenVINO's wheel bundles its CPU plugin and needs only numpy: it shares the CPU env.
+    "openvino": RuntimeInfo("openvino", "harness.runtimes.openvino:OpenVinoRunner",
+                            "openvino", "2026.4.1", family="cpu"),
+    # onnxruntime-gpu 1.31 and torch 2.13 (PyPI) are both CUDA 13 builds: the nvidia-* wheels that
+    # torch installs are the CUDA/cuDNN libraries ORT preloads, so no extra CUDA packages here.
+    # Its import name clashes with onnxruntime, hence a family of its own.
+    "ort-cuda": RuntimeInfo("ort-cuda", "harness.runtimes.ort_cuda:OrtCudaRunner",
+                            "onnxruntime-gpu", "1.31.1", family="gpu", needs_gpu=True),
+    # The tensorrt meta package pulls tensorrt-cu13 (libs + bindings), matching torch's CUDA 13.
+    "tensorrt": RuntimeInfo("tensorrt", "harness.runtimes.tensorrt:TensorRTRunner",
+                            "tensorrt", "11.4.0.106", family="gpu", needs_gpu=True),
 }
 
 
@@ -32,3 +45,33 @@ def runtime_info(name: str) -> RuntimeInfo:
 def load_runner(name: str):
     module, cls = runtime_info(name).runner.split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why NVIDIA GPU runtimes cannot run here, as precisely as the machine tells; None if they can.
+
+    Checked in the order a user would fix things: a GPU at all, its kernel driver, the device nodes
+    a container must be given, and the user-space driver library every CUDA runtime loads.
+    """
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        if Path("/proc/driver/nvidia").exists():
+            return ("NVIDIA driver is loaded but no /dev/nvidia[0-9]* device node is visible "
+                    "(container started without GPU access?)")
+        if _nvidia_pci_device():
+            return "NVIDIA GPU present but its kernel driver is not loaded (no /proc/driver/nvidia)"
+        return "no NVIDIA GPU on this machine (no /dev/nvidia[0-9]* device, no NVIDIA driver)"
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"NVIDIA device present but the driver library libcuda.so.1 cannot be loaded ({exc})"
+    return None
+
+
+def _nvidia_pci_device() -> bool:
+    for vendor in Path("/sys/bus/pci/devices").glob("*/vendor"):
+        try:
+            if vendor.read_text().strip() == "0x10de":  # NVIDIA's PCI vendor id
+                return True
+        except OSError:
+            continue
+    return False

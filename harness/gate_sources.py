@@ -1,0 +1,199 @@
+"""Where the gate's two sides come from: a run (id or directory, optionally `@torch`) or a torch
+version, whose cells are taken from stored finished runs with the same code and run where missing.
+
+Stored results are reused only when the case source and the harness code that produced them are
+the ones checked out now (the fingerprint), so a gate never compares numbers of different code.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.config import ConfigError, Matrix, TorchSpec
+from harness.plan import Plan, build_plan
+from harness.records import Record
+from harness.store import list_runs, load_run, read_run_meta, resolve_run, write_json_atomic
+
+HARNESS_DIR = Path(__file__).resolve().parent
+# The code that decides a cell's status and numbers; other modules only plan or report.
+RESULT_CODE = ("cases.py", "export.py", "parity.py", "latency.py", "worker.py", "runtimes/*.py")
+FINGERPRINT_FILE = "fingerprint.json"
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
+
+
+@dataclass
+class Side:
+    """One side of the comparison: its records (one torch version) and where they came from."""
+    label: str                 # what the user passed
+    torch: str
+    records: list[Record]
+    runs: list[str] = field(default_factory=list)            # run ids the records came from
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)   # run id → fingerprint
+    executed: list[str] = field(default_factory=list)        # runs the gate started for this side
+
+
+def _sha(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def case_source(ref: str, base_dir: Path) -> Path | None:
+    """The file that defines a case, found without importing it (the gate has no torch)."""
+    from harness.probes import PROBES
+
+    ref = PROBES.get(ref, ref)
+    target = ref.rsplit(":", 1)[0]
+    if target.endswith(".py"):
+        path = Path(target) if Path(target).is_absolute() else base_dir / target
+        return path if path.exists() else None
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin and Path(spec.origin).exists() else None
+
+
+def fingerprint(matrix: Matrix, config_path: Path) -> dict[str, Any]:
+    """Harness version, hash of the result-producing code, and a hash per case source file."""
+    code = [p for pattern in RESULT_CODE for p in HARNESS_DIR.glob(pattern)]
+    cases = {}
+    for case in matrix.cases:
+        src = case_source(case.target, config_path.resolve().parent)
+        cases[case.label] = _sha([src]) if src else None
+    return {"harness": __version__, "code": _sha(code), "cases": cases}
+
+
+def run_fingerprint(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's fingerprint: in run.json when the runner records it, else the gate's sidecar."""
+    if isinstance(meta.get("fingerprint"), dict):
+        return meta["fingerprint"]
+    sidecar = Path(run_dir) / FINGERPRINT_FILE
+    return json.loads(sidecar.read_text()) if sidecar.exists() else None
+
+
+def same_code(a: dict[str, Any] | None, b: dict[str, Any] | None, case: str) -> bool | None:
+    """True/False when both fingerprints know the case; None when either side was not recorded."""
+    if not a or not b:
+        return None
+    if a.get("harness") != b.get("harness") or a.get("code") != b.get("code"):
+        return False
+    ca, cb = a.get("cases", {}).get(case), b.get("cases", {}).get(case)
+    return None if ca is None or cb is None else ca == cb
+
+
+def with_torch(matrix: Matrix, version: str) -> Matrix:
+    """The matrix restricted to one torch version; a version it does not list gets default pins
+    (a bump removes the old version from matrix.yaml, yet it must still be the baseline)."""
+    spec = next((t for t in matrix.torch if t.version == version), None)
+    if spec is None:
+        try:
+            spec = TorchSpec(version=version)
+        except ValueError:
+            raise ConfigError(f"{version!r} is not a torch release such as '2.13.0'") from None
+    return matrix.model_copy(update={"torch": [spec]})
+
+
+def version_plan(matrix: Matrix, version: str) -> tuple[Matrix, Plan]:
+    restricted = with_torch(matrix, version)
+    return restricted, build_plan(restricted, {"torch": [version]})
+
+
+def is_version(ref: str) -> bool:
+    return bool(_VERSION.match(ref))
+
+
+def side_from_run(ref: str, reports: Path) -> Side:
+    """A run given by id or directory; `RUN@2.13.0` picks one torch version of a multi-version run."""
+    run_ref, _, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
+    run_dir = resolve_run(run_ref, reports)
+    meta, records = load_run(run_dir)
+    versions = sorted({r.torch for r in records})
+    if version:
+        if version not in versions:
+            raise ConfigError(f"run {meta['run_id']} has no torch {version} (it has {versions})")
+    elif len(versions) != 1:
+        raise ConfigError(f"run {meta['run_id']} holds torch {versions}: pick one as "
+                          f"'{run_ref}@{versions[-1] if versions else 'VERSION'}'")
+    else:
+        version = versions[0]
+    chosen = [r for r in records if r.torch == version]
+    return Side(ref, version, chosen, [meta["run_id"]],
+                {meta["run_id"]: run_fingerprint(run_dir, meta) or {}})
+
+
+def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[list[Record], dict[str, dict]]:
+    """Newest finished result per planned cell among stored runs produced by the same code."""
+    wanted = {c.cell_id for c in plan.cells}
+    found: dict[str, Record] = {}
+    prints: dict[str, dict] = {}
+    for run_dir in reversed(list_runs(reports)):
+        meta = read_run_meta(run_dir)
+        fp = run_fingerprint(run_dir, meta)
+        if not meta.get("finished") or not fp:
+            continue
+        _, records = load_run(run_dir)
+        for rec in records:
+            if rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case):
+                found[rec.cell_id] = rec
+                prints[rec.run_id] = fp
+    return list(found.values()), prints
+
+
+def prune(plan: Plan, keep: set[str]) -> Plan:
+    """The same plan holding only the cells whose id is in ``keep``."""
+    envs = []
+    for env_plan in plan.environments:
+        cells = [c for c in env_plan.cells if c.cell_id in keep]
+        if cells:
+            envs.append(type(env_plan)(env_plan.env, cells))
+    return Plan(matrix=plan.matrix, environments=envs)
+
+
+def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
+              provider: str, current: dict[str, Any]) -> Path:
+    """Run a (pruned) plan through the normal executor, then record the code that produced it."""
+    from harness.execute import execute
+
+    run_dir = execute(matrix, config_path, plan, output, reports, provider)
+    write_json_atomic(Path(run_dir) / FINGERPRINT_FILE, current)
+    return Path(run_dir)
+
+
+def side_from_version(version: str, matrix: Matrix, config_path: Path, reports: Path,
+                      provider: str, current: dict[str, Any]) -> Side:
+    restricted, plan = version_plan(matrix, version)
+    if not plan.cells:
+        raise ConfigError(f"{config_path}: no cells for torch {version} (check exclude/include)")
+    records, prints = stored_records(plan, current, reports)
+    side = Side(version, version, records, sorted(prints), prints)
+    missing = {c.cell_id for c in plan.cells} - {r.cell_id for r in records}
+    if missing:
+        run_dir = run_cells(restricted, config_path, prune(plan, missing), None, reports, provider, current)
+        meta, new = load_run(run_dir)
+        side.records += [r for r in new if r.cell_id in missing]
+        side.runs.append(meta["run_id"])
+        side.fingerprints[meta["run_id"]] = current
+        side.executed.append(meta["run_id"])
+    return side
+
+
+def resolve_side(ref: str, matrix: Matrix, config_path: Path, reports: Path, provider: str,
+                 current: dict[str, Any]) -> Side:
+    if "@" in ref or not is_version(ref):
+        try:
+            return side_from_run(ref, reports)
+        except FileNotFoundError:
+            if not is_version(ref):
+                raise ConfigError(f"{ref!r} is neither a torch version (e.g. 2.13.0) nor a stored "
+                                  f"run (id, directory or RUN@VERSION under {reports})") from None
+            raise
+    return side_from_version(ref, matrix, config_path, reports, provider, current)

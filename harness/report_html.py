@@ -1,0 +1,221 @@
+"""Self-contained HTML reports (Jinja2, autoescaped): matrix.html per run, an index across runs, a site.
+
+Pages work offline: CSS, JS and plots are inlined, nothing is fetched. Every text that comes from a
+record reaches the page either through autoescaping or as JSON made safe inside <script>, and the
+page script only ever assigns it with textContent.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from harness import plots
+from harness.aggregate import (AXES, history, previous_run, records_frame, sorted_torch, status_changes,
+                               summaries, torch_bumps)
+from harness.records import Record, count_by_status
+from harness.report_md import GLYPHS, cell_text, write_markdown
+from harness.store import cell_log_path, list_runs, load_run, read_index, write_report_file
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LOG_EXCERPT_CHARS = 6000
+SEVERITY = {"crash": 0, "timeout": 1, "fail": 2, "xpass": 3, "xfail": 4, "skip": 5, "pass": 6}
+
+_env = Environment(loader=PackageLoader("harness", "templates"),
+                   autoescape=select_autoescape(["html", "j2"], default=True),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+def script_json(data: Any) -> Markup:
+    """JSON that cannot end or comment out the <script> element it sits in (</, <!--, U+2028/9)."""
+    text = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
+    for raw, safe in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                      ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(raw, safe)
+    return Markup(text)
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf are not JSON; give the page nulls instead."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def log_excerpt(run_dir: Path, rec: Record) -> str | None:
+    """The cell's section of its log from the first traceback on, tail-trimmed to a readable size."""
+    path = cell_log_path(run_dir, rec)
+    if path is None:
+        return None
+    text = ANSI.sub("", path.read_text(encoding="utf-8", errors="replace"))
+    marker = f"=== cell {rec.cell_id} ==="
+    if rec.cell_id and marker in text:
+        text = text.split(marker, 1)[1].split("\n=== cell ", 1)[0]
+    start = text.find("Traceback (most recent call last)")
+    text = (text[start:] if start >= 0 else text).strip()
+    return text if len(text) <= LOG_EXCERPT_CHARS else "…" + text[-LOG_EXCERPT_CHARS:]
+
+
+def latency_histogram(samples: list[float], bins: int = 24) -> dict[str, Any] | None:
+    """Counts between the 1st and 99th percentile: the shape of the distribution, not its outliers."""
+    values = np.asarray([s for s in samples if isinstance(s, (int, float))], dtype=float)
+    if values.size < 5:
+        return None
+    lo, hi = np.percentile(values, [1, 99])
+    if hi <= lo:
+        hi = lo + 1e-9
+    counts, edges = np.histogram(np.clip(values, lo, hi), bins=bins, range=(lo, hi))
+    return {"counts": counts.tolist(), "lo": float(lo), "hi": float(hi), "n": int(values.size)}
+
+
+def cell_details(run_dir: Path, rec: Record) -> dict[str, Any]:
+    latency = {k: v for k, v in (rec.latency_ms or {}).items() if k != "samples"}
+    return _clean({
+        "cell_id": rec.cell_id, "case": rec.case, "torch": rec.torch, "exporter": rec.exporter,
+        "opset": rec.opset, "opset_actual": rec.opset_actual, "runtime": rec.runtime,
+        "options": rec.options, "status": rec.status, "stage": rec.stage, "error": rec.error,
+        "hint": rec.hint, "reason": rec.reason, "signature": rec.signature, "notes": rec.notes,
+        "parity": rec.parity, "latency": latency,
+        "histogram": latency_histogram((rec.latency_ms or {}).get("samples") or []),
+        "versions": rec.versions, "duration_s": rec.duration_s, "graph": rec.graph,
+        "repro": rec.repro, "bundle": rec.bundle, "log": log_excerpt(run_dir, rec),
+    })
+
+
+def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
+    """One row per (case, exporter, opset, options, runtime); one cell per torch version."""
+    rows = []
+    for key, grp in df.groupby(["case", "exporter", "opset", "options", "runtime"], sort=True):
+        by_torch = {r["torch"]: r for _, r in grp.iterrows()}
+        cells = []
+        for t in torches:
+            r = by_torch.get(t)
+            cells.append(None if r is None else {
+                "idx": int(r["idx"]), "status": r["status"], "text": cell_text(r),
+                "severity": SEVERITY.get(r["status"], 9)})
+        rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
+                     "runtime": key[4], "cells": cells})
+    return rows
+
+
+def failure_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
+    bad = df[df["status"].isin(["fail", "crash", "timeout", "xfail"])]
+    groups = []
+    for sig, grp in bad.groupby("signature", sort=False, dropna=False):
+        first = grp.iloc[0]
+        groups.append({"signature": None if pd.isna(sig) else sig, "stage": first["stage"],
+                       "error": first["error"], "hint": first["hint"], "cells": len(grp),
+                       "torch": ", ".join(sorted_torch(grp["torch"])),
+                       "idx": [int(i) for i in grp["idx"]]})
+    return sorted(groups, key=lambda g: -g["cells"])
+
+
+def _plot_uri(svg: str | None) -> str | None:
+    # A data: image cannot run script, so a plot is inert whatever text it carries.
+    return None if svg is None else "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
+def _table(frame: pd.DataFrame) -> dict[str, Any]:
+    frame = frame.reset_index()
+    return {"columns": [str(c) for c in frame.columns],
+            "rows": [[None if pd.isna(v) else v for v in row] for row in frame.itertuples(index=False)]}
+
+
+def _asset(name: str) -> Markup:
+    text = (Path(__file__).parent / "templates" / name).read_text(encoding="utf-8")
+    assert "</script" not in text.lower() and "</style" not in text.lower(), name
+    return Markup(text)
+
+
+def render_run_html(run_dir: Path, records: list[Record], meta: dict[str, Any],
+                    previous: tuple[dict[str, Any], pd.DataFrame] | None = None,
+                    plot_svgs: dict[str, str | None] | None = None, index_href: str | None = None) -> str:
+    df = records_frame(records).reset_index(names="idx")
+    torches = sorted_torch(df["torch"])
+    changes = status_changes(previous[1], df) if previous is not None else None
+    return _env.get_template("run.html.j2").render(
+        meta=meta, run_id=meta.get("run_id", "?"), counts={k: v for k, v in count_by_status(records).items() if v},
+        glyphs=GLYPHS, torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
+        statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
+        failures=failure_groups(df), summaries={a: _table(t) for a, t in summaries(df).items()},
+        previous_id=previous[0].get("run_id") if previous else None,
+        changes=None if changes is None else changes.to_dict("records"),
+        bumps=torch_bumps(df).to_dict("records") if len(torches) > 1 else None,
+        plots={k: _plot_uri(v) for k, v in (plot_svgs or {}).items()},
+        details=script_json([cell_details(run_dir, r) for r in records]),
+        started=_when(meta.get("started")), index_href=index_href,
+        css=_asset("report.css"), js=_asset("matrix.js"))
+
+
+def render_index_html(reports: Path, run_href: Any) -> str:
+    """Every run of the store, newest first, with the pass-rate history per torch version."""
+    entries = list(reversed(read_index(reports)))
+    hist = history(reports)
+    rates = {(r.run_id, r.torch): r.pass_rate for r in hist.itertuples()}
+    return _env.get_template("index.html.j2").render(
+        entries=entries, run_href=run_href, rates=rates, when=_when, glyphs=GLYPHS,
+        torches=sorted_torch(hist["torch"]) if not hist.empty else [],
+        plot=_plot_uri(plots.history_plot(hist)), css=_asset("report.css"))
+
+
+def _when(ts: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if isinstance(ts, (int, float)) else "?"
+
+
+def run_plots(records: list[Record]) -> dict[str, str | None]:
+    df = records_frame(records)
+    if df.empty:
+        return {}
+    return {"latency": plots.latency_plot(df), "parity": plots.parity_plot(df)}
+
+
+def write_reports(run_dir: Path, records: list[Record], meta: dict[str, Any], reports: Path | None) -> Path:
+    """All report files of one run (matrix.md, matrix.html, plots/); results and run.json stay as they are."""
+    run_dir = Path(run_dir)
+    svgs = run_plots(records)
+    written = [write_report_file(run_dir, f"plots/{k}.svg", v).relative_to(run_dir).as_posix()
+               for k, v in svgs.items() if v]
+    md = write_markdown(run_dir, records, meta, reports, plots=written)
+    previous = previous_run(meta, records_frame(records), reports) if records else None
+    in_store = reports is not None and any(p.resolve() == run_dir.resolve() for p in list_runs(reports))
+    html = render_run_html(run_dir, records, meta, previous, svgs, "../../index.html" if in_store else None)
+    write_report_file(run_dir, "matrix.html", html)
+    if in_store:
+        write_store_index(reports)
+    return md
+
+
+def write_store_index(reports: Path) -> Path:
+    path = reports / "index.html"
+    path.write_text(render_index_html(reports, lambda e: f"{e['dir']}/matrix.html"), encoding="utf-8")
+    return path
+
+
+def write_site(reports: Path, site: Path) -> Path:
+    """A static folder for GitHub Pages: index.html, runs/<run-id>.html, .nojekyll."""
+    (site / "runs").mkdir(parents=True, exist_ok=True)
+    (site / ".nojekyll").write_text("")
+    for entry in read_index(reports):
+        run_dir = reports / entry["dir"]
+        if not (run_dir / "run.json").exists():
+            continue
+        meta, records = load_run(run_dir)
+        previous = previous_run(meta, records_frame(records), reports) if records else None
+        html = render_run_html(run_dir, records, meta, previous, run_plots(records), "../index.html")
+        (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8")
+    index = site / "index.html"
+    index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8")
+    return index

@@ -1,0 +1,116 @@
+"""OpenVINO, CPU plugin.
+
+The CPU plugin picks bf16 (or fp16) kernels by itself on CPUs that have them, which would make an
+"fp32" cell quietly compare reduced-precision results against eager; the precision hint is
+therefore always set explicitly and the precision the compiled model reports is what is recorded.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import re
+from typing import Any, Iterator
+
+import numpy as np
+
+from harness.runtimes.base import Runner
+
+# matrix precision -> OpenVINO INFERENCE_PRECISION_HINT value
+PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+# what get_property("INFERENCE_PRECISION_HINT") reports -> matrix precision
+_REPORTED = {"f32": "fp32", "float32": "fp32", "f16": "fp16", "float16": "fp16", "bf16": "bf16"}
+
+
+def compile_config(precision: str, threads: int | None) -> dict[str, Any]:
+    """The CPU plugin properties for one cell (pure: unit-tested without compiling anything)."""
+    if precision not in PRECISION_HINTS:
+        raise ValueError(f"precision {precision!r} has no OpenVINO hint; expected one of {sorted(PRECISION_HINTS)}")
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY",
+                              "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision]}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    return config
+
+
+class OpenVinoError(RuntimeError):
+    """An OpenVINO exception, its message reduced to what the matrix should show."""
+
+
+# OpenVINO prefixes every message with the C++ source locations it passed through; the first line
+# (which is what a record keeps) would otherwise always read "Exception from .../core.cpp:84:".
+_LOCATION_LINE = re.compile(r"^(Exception from \S+:\d+:?|Check '.*' failed at \S+:\d+:?)$")
+
+
+def summarise_error(text: str) -> str:
+    """The first informative line of an OpenVINO message, plus its 'Summary:' block if any."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not _LOCATION_LINE.match(ln)]
+    if not lines:
+        return text.strip()
+    head = lines[0].rstrip(":")
+    summary = [ln.lstrip("- ").strip() for ln in lines[lines.index("Summary:") + 1:]] if "Summary:" in lines else []
+    return f"{head}: {'; '.join(summary)}" if summary else head
+
+
+@contextlib.contextmanager
+def readable_errors() -> Iterator[None]:
+    try:
+        yield
+    except RuntimeError as exc:
+        raise OpenVinoError(summarise_error(str(exc))) from exc
+
+
+def reported_precision(value: Any) -> str:
+    """Normalise an ov.Type / string precision to the matrix's names (unknown ones kept as is)."""
+    name = getattr(value, "get_type_name", lambda: str(value))()
+    return _REPORTED.get(str(name).lower(), str(name))
+
+
+class OpenVinoRunner(Runner):
+    name = "openvino"
+    device = "CPU"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if importlib.util.find_spec("openvino") is None:
+            return "package openvino is not installed in this environment"
+        return None
+
+    @classmethod
+    def version(cls) -> str | None:
+        import openvino
+
+        # '2026.4.1-22982-e213a147257-releases/2026/4' -> the release, as pip knows it
+        return openvino.get_version().split("-")[0]
+
+    def activate_impl(self) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        config = compile_config(self.precision, self.threads)
+        with readable_errors():
+            model = core.read_model(str(self.model_path))
+            self.compiled = core.compile_model(model, self.device, config)
+        self.request = self.compiled.create_infer_request()
+        self._inputs = [p.get_any_name() for p in self.compiled.inputs]
+        actual = reported_precision(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        self.facts.update({
+            "precision_requested": self.precision, "precision": actual, "device": self.device,
+            "threads": self.compiled.get_property("INFERENCE_NUM_THREADS"),
+            "performance_hint": str(self.compiled.get_property("PERFORMANCE_HINT")),
+            "openvino": self.version(),
+        })
+
+    def input_names_impl(self) -> list[str]:
+        return list(self._inputs)
+
+    def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        # Feeds are keyed by graph input name; the model keeps its dynamic dims, so every call
+        # may use a new shape. Outputs are copied: the request reuses its buffers.
+        with readable_errors():
+            self.request.infer({name: np.ascontiguousarray(v) for name, v in feeds.items()})
+        return [self.request.get_output_tensor(i).data.copy() for i in range(len(self.compiled.outputs))]
+
+    def deactivate_impl(self) -> None:
+        self.request = None
+        self.compiled = None
