@@ -1,6 +1,7 @@
 """Front door: thin sessions that read matrix.yaml; the work lives in harness/."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import nox
@@ -13,37 +14,72 @@ nox.options.reuse_venv = "yes"
 LOCAL_WHEELS = Path("/opt/wheels")  # torch CPU wheels on this disk, used before downloading
 
 
-def _install(session: nox.Session, *extras: str) -> None:
+def _install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+    """Editable install of the project, skipped while pyproject.toml and the request are unchanged
+    (a warm re-run installs nothing; code changes need no reinstall in editable mode)."""
     spec = f".[{','.join(extras)}]" if extras else "."
+    stamp_text = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr((spec, also)).encode()).hexdigest()
+    stamp = Path(session.virtualenv.location) / ".harness-install-stamp"
+    if stamp.exists() and stamp.read_text() == stamp_text:
+        return
     session.install("-e", spec)
+    if also:
+        session.install(*also)
+    stamp.write_text(stamp_text)
+
+
+def _invoked(session: nox.Session) -> dict[str, str]:
+    """Tell the harness where the user ran nox, so relative paths in arguments mean what they say."""
+    return {"HARNESS_INVOKED_FROM": str(session.invoked_from)}
 
 
 @nox.session(python="3.11")
 def matrix(session: nox.Session) -> None:
     """Run the compatibility matrix (args: --config PATH --output DIR --only AXIS=V,... --resume)."""
     _install(session)
-    session.run("python", "-m", "harness", "matrix", *session.posargs)
+    session.run("python", "-m", "harness", "matrix", *session.posargs, env=_invoked(session))
 
 
 @nox.session(python="3.11")
 def plan(session: nox.Session) -> None:
     """Print the environments and cells a matrix file expands to, without running them."""
     _install(session)
-    session.run("python", "-m", "harness", "plan", *session.posargs)
+    session.run("python", "-m", "harness", "plan", *session.posargs, env=_invoked(session))
 
 
 @nox.session(python="3.11")
 def report(session: nox.Session) -> None:
-    """Re-render reports from stored results (args: RUN ... ; default: latest)."""
+    """Re-render matrix.md/.html and plots from stored results, running nothing (args: RUN ...)."""
     _install(session)
     session.run("python", "-m", "harness", "report", *session.posargs)
 
 
 @nox.session(python="3.11")
+def publish(session: nox.Session) -> None:
+    """Write a static site of every stored run to reports/site/ (args: --site DIR)."""
+    _install(session)
+    session.run("python", "-m", "harness", "publish", *session.posargs)
+
+
+@nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit tests and real end-to-end matrices)."""
-    _install(session, "test")
     # Worker-side modules (parity, runners) are also unit-tested in-process: they need torch.
-    links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.exists() else []
-    session.install("torch==2.13.0", "onnx==1.23.2", "onnxruntime==1.32.0", *links)
+    links = ("--find-links", str(LOCAL_WHEELS)) if LOCAL_WHEELS.exists() else ()
+    _install(session, "test", also=("torch==2.13.0", "onnx==1.23.2", "onnxruntime==1.32.0",
+                                    "openvino==2026.4.1", *links))
     session.run("pytest", *(session.posargs or ["-q", "-ra"]))
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmark the tool: warm environment reuse, cell throughput, worker memory, timing floor."""
+    _install(session)
+    session.run("python", "-m", "harness.bench", *session.posargs)
+
+
+@nox.session(name="gpu-check", python="3.11")
+def gpu_check(session: nox.Session) -> None:
+    """Run the probes on ort-cuda and tensorrt and print a table (skips with reasons without a GPU)."""
+    _install(session)
+    session.run("python", "-m", "harness.gpu_check", *session.posargs)

@@ -29,6 +29,8 @@ class CaseSpec:
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     was_training: bool = False
+    # How dynamic_dims reach torch.onnx.export: "dict" (named axes) or "list" (dim indices).
+    dynamic_axes_style: str = "dict"
 
 
 def resolve_target(ref: str, base_dir: Path | None = None) -> Callable[..., Any]:
@@ -99,4 +101,5 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
         atol=atol if atol is not None else getattr(fn, "atol", DEFAULT_ATOL),
         rtol=rtol if rtol is not None else getattr(fn, "rtol", DEFAULT_RTOL),
         was_training=was_training,
+        dynamic_axes_style=getattr(fn, "dynamic_axes_style", "dict"),
     )

@@ -1,12 +1,14 @@
-"""Command line: python -m harness {matrix,plan,report} (nox sessions call these)."""
+"""Command line: python -m harness {matrix,plan,report,publish,gate} (nox sessions call these)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from harness.config import ConfigError, load_matrix
 from harness.plan import build_plan, parse_only
+from harness.records import SchemaError
 from harness.store import REPORTS
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "matrix.yaml"
@@ -42,15 +44,71 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report_md import write_markdown
+    """Re-render report files from stored results; results.jsonl and run.json are only read."""
+    from harness.report_html import write_reports, write_store_index
     from harness.store import load_run, resolve_run
 
     for ref in args.runs or ["latest"]:
         run_dir = resolve_run(ref, args.reports)
         meta, records = load_run(run_dir)
-        path = write_markdown(run_dir, records, meta)
-        print(f"{meta['run_id']}: {path}")
+        path = write_reports(run_dir, records, meta, args.reports)
+        print(f"{meta['run_id']}: {path} {path.with_name('matrix.html')}")
+    if (args.reports / "index.json").exists():
+        print(f"index: {write_store_index(args.reports)}")
     return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from harness.report_html import write_site
+
+    site = args.site or args.reports / "site"
+    index = write_site(args.reports, site)
+    print(f"site: {index.parent} (open {index})")
+    return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from harness.gate import GateRequest, run_gate
+    from harness.gate_compare import Settings
+
+    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor)
+    return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
+                                args.provider, settings, not args.no_remeasure))
+
+
+def _gate_parser(sub: argparse._SubParsersAction) -> None:
+    from harness.gate_compare import DEFAULT_PARITY_FACTOR
+    from harness.stats import DEFAULT_ALPHA, DEFAULT_RATIO
+
+    p = sub.add_parser("gate", help="compare a candidate torch against a baseline; exit 1 on regression")
+    p.add_argument("--baseline", required=True, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--candidate", required=True, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="matrix file (default: matrix.yaml)")
+    p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
+    p.add_argument("--provider", choices=["venv", "docker"], default="venv")
+    p.add_argument("--latency-threshold", type=float, default=DEFAULT_RATIO,
+                   help=f"median ratio above which a significant slowdown counts (default {DEFAULT_RATIO})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"Mann-Whitney p-value threshold (default {DEFAULT_ALPHA})")
+    p.add_argument("--parity-factor", type=float, default=DEFAULT_PARITY_FACTOR,
+                   help="max_abs may grow by this many atol before it counts as drift "
+                        f"(default {DEFAULT_PARITY_FACTOR})")
+    p.add_argument("--no-remeasure", action="store_true", help="count slower cells without re-measuring")
+    p.set_defaults(func=cmd_gate)
+
+
+def _resolve_paths(args: argparse.Namespace) -> None:
+    """Relative --config / --output / --reports are relative to where the user ran the command
+    (nox changes into the project root before running a session)."""
+    invoked = os.environ.get("HARNESS_INVOKED_FROM")
+    if not invoked:
+        return
+    for name in ("config", "output", "reports"):
+        value = getattr(args, name, None)
+        if isinstance(value, Path) and not value.is_absolute():
+            candidate = Path(invoked) / value
+            if name != "config" or candidate.exists() or not value.exists():
+                setattr(args, name, candidate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,10 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="re-render reports from stored results")
     p.add_argument("runs", nargs="*", help="run ids or directories (default: latest)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("publish", help="write a static site of every run (GitHub Pages ready)")
+    p.add_argument("--site", type=Path, default=None, help="output folder (default: reports/site)")
+    p.set_defaults(func=cmd_publish)
+    _gate_parser(sub)
     args = parser.parse_args(argv)
+    _resolve_paths(args)
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, FileNotFoundError, SchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

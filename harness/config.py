@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -122,6 +123,7 @@ class OptionsAxes(_Strict):
 
 class InstallConfig(_Strict):
     python: str = "3.11"
+    use_pip_config: bool = True  # also use find-links folders named in pip's configuration
     find_links: list[str] = Field(default_factory=list)
     index_url: str | None = None
     extra_index_urls: list[str] = Field(default_factory=list)
@@ -213,10 +215,33 @@ def load_matrix(path: str | Path) -> Matrix:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys torch, exporters, opsets, cases")
     try:
-        return Matrix.model_validate(data)
+        matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         lines = [_format_error(path, e, data) for e in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
+    _resolve_case_files(matrix, path)
+    return matrix
+
+
+def _resolve_case_files(matrix: Matrix, path: Path) -> None:
+    """Make 'file.py:function' cases absolute: relative to the matrix file, else to the directory
+    the command was started from (nox runs sessions from the project root)."""
+    bases = [path.resolve().parent]
+    invoked = os.environ.get("HARNESS_INVOKED_FROM")
+    if invoked:
+        bases.append(Path(invoked))
+    bases.append(Path.cwd())
+    for i, case in enumerate(matrix.cases):
+        file_part, sep, func = case.target.rpartition(":")
+        if not sep or not file_part.endswith(".py"):
+            continue
+        candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            looked = ", ".join(str(c.parent) for c in candidates)
+            raise ConfigError(f"{path}: key 'cases[{i}]': case file {file_part!r} not found "
+                              f"(looked in {looked})")
+        case.target = f"{found.resolve()}:{func}"
 
 
 def matrix_hash(matrix: Matrix) -> str:

@@ -103,12 +103,36 @@ def env_specs_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") 
         family=info.family, packages=packages, runtimes=[r.label for r in members],
         needs_gpu=any(runtime_info(r.name).needs_gpu for r in members),
         runtime_options={r.label: r.options for r in members},
-        find_links=[p for p in install.find_links if Path(p).exists()],
+        find_links=[p for p in dict.fromkeys([*install.find_links,
+                                              *(pip_find_links() if install.use_pip_config else [])])
+                    if Path(p).exists()],
         index_url=install.index_url, extra_index_urls=list(install.extra_index_urls),
     )
     suffix = "" if rt.version is None else f"-{rt.name}{rt.version}"
     spec.name = f"torch{torch_spec.version}-{info.family}{suffix}-{spec.spec_hash[:8]}"
     return spec
+
+
+def pip_find_links() -> list[str]:
+    """find-links folders from pip's own configuration (uv does not read it): wheels a machine
+    keeps on disk, such as a CPU build of torch, are then used before downloading."""
+    import configparser
+
+    files = [Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"),
+             Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" / "pip.conf"]
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    links: list[str] = []
+    for path in files:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError):
+            continue
+        for section in ("global", "install"):
+            links += parser.get(section, "find-links", fallback="").split()
+    links += os.environ.get("PIP_FIND_LINKS", "").split()
+    return [link for link in links if not link.startswith(("http://", "https://"))]
 
 
 def _req(name: str, value: str) -> str:

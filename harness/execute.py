@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,14 @@ def make_provider(name: str):
 
         return DockerProvider(log=console.print)
     raise ValueError(f"unknown provider {name!r}; expected 'venv' or 'docker'")
+
+
+def env_skip_reason(provider, env) -> str | None:
+    """Why an environment is skipped here: the provider's say (Docker: no daemon, no GPU access),
+    else a GPU environment on a machine without one."""
+    if hasattr(provider, "skip_reason"):
+        return provider.skip_reason(env)
+    return gpu_unavailable_reason() if env.needs_gpu else None
 
 
 def prepare_run_dir(output: Path | None, reports: Path, matrix: Matrix, config_path: Path,
@@ -83,18 +92,24 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
             progress.console.print(f"  {mark} {rec.cell_id}" + (f"  ({rec.stage}: {rec.error})" if rec.error else ""))
             progress.advance(task)
 
+        # Environments are prepared one ahead in a background thread: downloading and installing
+        # the next torch (network and disk bound) overlaps the current worker (CPU bound).
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="env-prefetch")
+        futures = {env_plan.env.name: pool.submit(provider.ensure, env_plan.env)
+                   for env_plan, cells in todo
+                   if cells and not env_skip_reason(provider, env_plan.env)}
         for env_plan, cells in todo:
             if not cells:
                 continue
             env = env_plan.env
             progress.update(task, description=f"{env.name}")
-            if env.needs_gpu and provider_name == "venv" and (why := gpu_unavailable_reason()):
+            if why := env_skip_reason(provider, env):
                 for rec in skip_records(meta["run_id"], env_plan, cells, why):
                     record(rec)
                 continue
             try:
                 progress.update(task, description=f"{env.name}: preparing environment")
-                info = provider.ensure(env)
+                info = futures[env.name].result()
                 meta["environments"][env.name] = info
                 write_json_atomic(run_dir / "run.json", meta)
                 progress.update(task, description=f"{env.name}")
@@ -109,12 +124,13 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
                 for rec in environment_failure_records(meta["run_id"], env_plan, cells, exc):
                     record(rec)
             write_json_atomic(run_dir / "run.json", meta)
+        pool.shutdown(wait=True)
     finalize(run_dir, meta, reports)
     return run_dir
 
 
 def finalize(run_dir: Path, meta: dict[str, Any], reports: Path) -> None:
-    from harness.report_md import write_markdown
+    from harness.report_html import write_reports
     from harness.store import update_index
 
     records = read_records(run_dir / "results.jsonl")
@@ -122,6 +138,6 @@ def finalize(run_dir: Path, meta: dict[str, Any], reports: Path) -> None:
     meta["finished"] = True
     meta["counts"] = count_by_status(records)
     write_json_atomic(run_dir / "run.json", meta)
-    md = write_markdown(run_dir, records, meta)
     update_index(run_dir, reports)
+    md = write_reports(run_dir, records, meta, reports)
     console.print(md.read_text() if len(records) < 80 else f"matrix written to {md}")

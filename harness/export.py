@@ -26,8 +26,20 @@ def _export_kwargs_supported() -> set[str]:
     return set(inspect.signature(torch.onnx.export).parameters)
 
 
+def output_names(count: int) -> list[str]:
+    return [f"output_{i}" for i in range(count)]
+
+
+def _dynamic_axes(dims: dict[int, dict[int, str]], style: str) -> dict[str, Any]:
+    """dynamic_axes as users write it: named dicts, or plain dim lists (auto-named by torch)."""
+    if style == "list":
+        return {f"input_{i}": sorted(d) for i, d in dims.items()}
+    return {f"input_{i}": dict(d) for i, d in dims.items()}
+
+
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
-                 dynamic: bool = True, constant_folding: bool = True) -> None:
+                 dynamic: bool = True, constant_folding: bool = True,
+                 outputs: list[str] | None = None) -> None:
     """Export exactly as a user calling torch.onnx.export would, for the installed torch."""
     import torch
 
@@ -35,19 +47,24 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     dims = spec.dynamic_dims if dynamic else {}
     supported = _export_kwargs_supported()
     kwargs: dict[str, Any] = {"opset_version": opset, "input_names": names}
+    if outputs:
+        kwargs["output_names"] = outputs
     if exporter == "torchscript":
         if "dynamo" in supported:
             kwargs["dynamo"] = False
         kwargs["do_constant_folding"] = constant_folding
         if dims:
-            kwargs["dynamic_axes"] = {f"input_{i}": dict(d) for i, d in dims.items()}
+            kwargs["dynamic_axes"] = _dynamic_axes(dims, spec.dynamic_axes_style)
         torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
     elif exporter == "dynamo":
         if "dynamo" not in supported:
             _export_dynamo_legacy(spec, path, dynamic=bool(dims))
             return
         kwargs["dynamo"] = True
-        if dims:
+        if dims and spec.dynamic_axes_style == "list":
+            # The migrating user's call: dynamic_axes handed to dynamo, torch converts it.
+            kwargs["dynamic_axes"] = _dynamic_axes(dims, "list")
+        elif dims:
             kwargs["dynamic_shapes"] = _dynamic_shapes(spec, dims)
         if "verbose" in supported:
             kwargs["verbose"] = False

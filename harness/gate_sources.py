@@ -186,14 +186,15 @@ def side_from_version(version: str, matrix: Matrix, config_path: Path, reports: 
     return side
 
 
-def resolve_side(ref: str, matrix: Matrix, config_path: Path, reports: Path, provider: str,
-                 current: dict[str, Any]) -> Side:
-    if "@" in ref or not is_version(ref):
-        try:
-            return side_from_run(ref, reports)
-        except FileNotFoundError:
-            if not is_version(ref):
-                raise ConfigError(f"{ref!r} is neither a torch version (e.g. 2.13.0) nor a stored "
-                                  f"run (id, directory or RUN@VERSION under {reports})") from None
-            raise
-    return side_from_version(ref, matrix, config_path, reports, provider, current)
+def run_side_or_none(ref: str, reports: Path) -> Side | None:
+    """The side for a run reference; None for a torch version; ConfigError for neither.
+
+    Called for both references before anything runs, so a typo never starts a long matrix run.
+    """
+    if "@" not in ref and is_version(ref) and not (Path(ref) / "run.json").exists():
+        return None
+    try:
+        return side_from_run(ref, reports)
+    except FileNotFoundError:
+        raise ConfigError(f"{ref!r} is neither a torch version (e.g. 2.13.0) nor a stored run "
+                          f"(id, directory or RUN@VERSION under {reports})") from None

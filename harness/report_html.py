@@ -22,11 +22,15 @@ from harness import plots
 from harness.aggregate import (AXES, history, previous_run, records_frame, sorted_torch, status_changes,
                                summaries, torch_bumps)
 from harness.records import Record, count_by_status
-from harness.report_md import GLYPHS, cell_text, write_markdown
+from harness.report_md import write_markdown
 from harness.store import cell_log_path, list_runs, load_run, read_index, write_report_file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOG_EXCERPT_CHARS = 6000
+# Words, not emoji: colour carries the status and headless/CI browsers often lack an emoji font.
+LEGEND = {"pass": "passed every stage", "fail": "failed: first failing stage shown",
+          "crash": "worker died", "timeout": "ran past cell_timeout_s", "xfail": "known failure",
+          "xpass": "known failure now passing", "skip": "not run (reason in details)"}
 SEVERITY = {"crash": 0, "timeout": 1, "fail": 2, "xpass": 3, "xfail": 4, "skip": 5, "pass": 6}
 
 _env = Environment(loader=PackageLoader("harness", "templates"),
@@ -94,6 +98,18 @@ def cell_details(run_dir: Path, rec: Record) -> dict[str, Any]:
     })
 
 
+def html_cell_text(row: pd.Series) -> str:
+    if row["status"] == "pass" and pd.notna(row["latency"]):
+        return f"{row['latency']:.3g} ms"
+    stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != "pass" else ""
+    return row["status"] + (f" · {stage}" if stage else "")
+
+
+def _declared_opset(row: pd.Series) -> int | None:
+    actual = row["opset_actual"]
+    return int(actual) if pd.notna(actual) and int(actual) != int(row["opset"]) else None
+
+
 def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
     """One row per (case, exporter, opset, options, runtime); one cell per torch version."""
     rows = []
@@ -103,8 +119,8 @@ def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
         for t in torches:
             r = by_torch.get(t)
             cells.append(None if r is None else {
-                "idx": int(r["idx"]), "status": r["status"], "text": cell_text(r),
-                "severity": SEVERITY.get(r["status"], 9)})
+                "idx": int(r["idx"]), "status": r["status"], "text": html_cell_text(r),
+                "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9)})
         rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
                      "runtime": key[4], "cells": cells})
     return rows
@@ -115,8 +131,8 @@ def failure_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
     groups = []
     for sig, grp in bad.groupby("signature", sort=False, dropna=False):
         first = grp.iloc[0]
-        groups.append({"signature": None if pd.isna(sig) else sig, "stage": first["stage"],
-                       "error": first["error"], "hint": first["hint"], "cells": len(grp),
+        groups.append({"signature": _or_none(sig), "stage": _or_none(first["stage"]),
+                       "error": _or_none(first["error"]), "hint": _or_none(first["hint"]), "cells": len(grp),
                        "torch": ", ".join(sorted_torch(grp["torch"])),
                        "idx": [int(i) for i in grp["idx"]]})
     return sorted(groups, key=lambda g: -g["cells"])
@@ -133,6 +149,14 @@ def _table(frame: pd.DataFrame) -> dict[str, Any]:
             "rows": [[None if pd.isna(v) else v for v in row] for row in frame.itertuples(index=False)]}
 
 
+def _or_none(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
 def _asset(name: str) -> Markup:
     text = (Path(__file__).parent / "templates" / name).read_text(encoding="utf-8")
     assert "</script" not in text.lower() and "</style" not in text.lower(), name
@@ -147,13 +171,13 @@ def render_run_html(run_dir: Path, records: list[Record], meta: dict[str, Any],
     changes = status_changes(previous[1], df) if previous is not None else None
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.get("run_id", "?"), counts={k: v for k, v in count_by_status(records).items() if v},
-        glyphs=GLYPHS, torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        legend=LEGEND, torches=torches, rows=matrix_rows(df, torches), axes=AXES,
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
         failures=failure_groups(df), summaries={a: _table(t) for a, t in summaries(df).items()},
         previous_id=previous[0].get("run_id") if previous else None,
-        changes=None if changes is None else changes.to_dict("records"),
-        bumps=torch_bumps(df).to_dict("records") if len(torches) > 1 else None,
+        changes=None if changes is None else _records(changes),
+        bumps=_records(torch_bumps(df)) if len(torches) > 1 else None,
         plots={k: _plot_uri(v) for k, v in (plot_svgs or {}).items()},
         details=script_json([cell_details(run_dir, r) for r in records]),
         started=_when(meta.get("started")), index_href=index_href,
@@ -166,7 +190,7 @@ def render_index_html(reports: Path, run_href: Any) -> str:
     hist = history(reports)
     rates = {(r.run_id, r.torch): r.pass_rate for r in hist.itertuples()}
     return _env.get_template("index.html.j2").render(
-        entries=entries, run_href=run_href, rates=rates, when=_when, glyphs=GLYPHS,
+        entries=entries, run_href=run_href, rates=rates, when=_when,
         torches=sorted_torch(hist["torch"]) if not hist.empty else [],
         plot=_plot_uri(plots.history_plot(hist)), css=_asset("report.css"))
 

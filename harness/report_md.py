@@ -21,7 +21,7 @@ def cell_text(row: pd.Series) -> str:
     if row["status"] in ("fail", "crash", "timeout", "xfail") and row["stage"]:
         text += f" {row['stage']}"
     if row["status"] == "pass" and pd.notna(row["latency"]):
-        text += f" {row['latency']:.2f} ms"
+        text += f" {row['latency']:.3g} ms"
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"

@@ -137,14 +137,20 @@ class GroupContext:
                     ts = [t for t in x if isinstance(t, torch.Tensor)]
                     self.feeds.append({n: t.detach().cpu().numpy() for n, t in zip(names, ts)})
                 del tensors
+                outputs = exp.output_names(len(self.references[0]))
                 exp.export_model(self.spec, g["exporter"], int(g["opset"]), self.onnx_path,
                                  dynamic=opts.get("dynamic", True),
-                                 constant_folding=opts.get("constant_folding", True))
+                                 constant_folding=opts.get("constant_folding", True),
+                                 outputs=outputs)
             with stage("check", self.durations):
                 self.graph = exp.graph_facts(self.onnx_path)
-                missing = [n for n in names if n not in self.graph["inputs"]]
-                if missing and len(self.graph["inputs"]) == len(names):
-                    self.notes.append(f"input names not kept in the graph: {missing}")
+                # Names given at export are what deployment code feeds and fetches by: a lost
+                # name is a note (the cell still runs by position), not a failure.
+                for kind, given in (("input", names), ("output", outputs)):
+                    missing = [n for n in given if n not in self.graph[f"{kind}s"]]
+                    if missing:
+                        self.notes.append(f"{kind} names given at export not in the graph: "
+                                          f"{missing} (graph has {self.graph[f'{kind}s']})")
                 exp.check_model(self.onnx_path)
         except StageFailure as failure:
             self.failure = failure

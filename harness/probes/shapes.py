@@ -27,9 +27,9 @@ class _IntConcat(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Per-row valid length (int32, as tokenizers and TensorRT plugins hand it over) joined
         # with a length taken from the int64 Shape of x: eager promotes the cat to int64.
-        seq = torch._shape_as_tensor(x)[1:2]
-        bounds = torch.cat([lengths, seq])
-        keep = torch.arange(x.shape[1])[None, :] < bounds[:-1, None]
+        positions = torch.arange(x.shape[1])  # int64, sized by Shape(x)
+        bounds = torch.cat([lengths, positions[-1:] + 1])
+        keep = positions[None, :] < bounds[:-1, None]
         return x * keep[..., None].to(x.dtype), bounds
 
 

@@ -24,10 +24,7 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
 if [ -s /run/secrets/pipconf ]; then export PIP_CONFIG_FILE=/run/secrets/pipconf; fi
 if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi
-set --  "$@"
 if ls /tmp/wheels/*.whl >/dev/null 2>&1; then set -- --find-links /tmp/wheels "$@"; fi
 /opt/venv/bin/python -m pip install "$@"
 # What run.json reports as "installed" (pip freeze, as `uv pip freeze` does for venvs).
 /opt/venv/bin/python -m pip freeze > /opt/venv/installed.txt
-# Byte-code caches are rebuilt on import; dropping them keeps the layer smaller.
-find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,141 @@
+"""Run one worker in a container, as if it were a local process (the Docker provider's worker).
+
+The runner starts ``python -m harness.docker_run --image TAG [--gpus] --job JOB --events-fd N``
+exactly like a venv worker and supervises it the same way. This process creates the container
+through the Docker SDK (run directory and matrix folder mounted at the same absolute paths, the
+invoking user's uid, ``--init`` so that a worker killed by a signal is reported as such), and:
+
+- events: the worker writes its JSON events to the container's stdout (``--events-fd 1``); lines
+  that are events are relayed to fd N, anything else (stray prints) to this process's stdout, the
+  worker log. Attaching to the container streams (not its logs) keeps long lines whole.
+- crash: the container's exit status is mirrored (128+n becomes death by signal n), so the
+  runner records the same `crash` verdict as for a venv worker.
+- timeout: the runner SIGKILLs this process group, which cannot clean up; a watchdog in its own
+  session notices the end of this process (EOF on a pipe) and removes the container.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# Variables the worker's behaviour depends on; everything else of the host stays outside.
+FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")
+FORWARD_PREFIXES = ("HARNESS_",)
+
+
+def container_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k in FORWARD or k.startswith(FORWARD_PREFIXES)}
+
+
+def mounts_for(job: dict[str, Any]):
+    """The run directory read-write; the matrix folder (user case files) read-only."""
+    from docker.types import Mount
+
+    run_dir = Path(job["run_dir"]).resolve()
+    mounts = [Mount(str(run_dir), str(run_dir), type="bind")]
+    base = Path(job.get("base_dir") or run_dir).resolve()
+    if base.is_dir() and base != run_dir and run_dir not in base.parents and base != Path("/"):
+        mounts.append(Mount(str(base), str(base), type="bind", read_only=True))
+    return mounts
+
+
+def is_event(line: bytes) -> bool:
+    if not line.startswith(b"{"):
+        return False
+    try:
+        return "event" in json.loads(line)
+    except ValueError:
+        return False
+
+
+def start_watchdog(container_id: str) -> subprocess.Popen:
+    # Its own session: the runner's killpg of this process group must not reach it.
+    return subprocess.Popen([sys.executable, "-m", "harness.docker_run", "--watch", container_id],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True)
+
+
+def watch(container_id: str) -> int:
+    """Block until the parent's end of stdin closes, then remove the container if still there."""
+    sys.stdin.buffer.read()
+    import docker
+    import docker.errors
+
+    try:
+        docker.from_env().containers.get(container_id).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    return 0
+
+
+def run_container(args: argparse.Namespace) -> int:
+    import docker
+    from docker.types import DeviceRequest
+
+    job = json.loads(args.job.read_text())
+    client = docker.from_env()
+    name = f"harness-{os.getpid()}-{args.job.stem}"
+    command = ["python", "-m", "harness.worker", "--job", str(args.job.resolve()), "--events-fd", "1"]
+    container = client.containers.create(
+        args.image, command=command, name=name, environment=container_environment(),
+        mounts=mounts_for(job), user=f"{os.getuid()}:{os.getgid()}", init=True,
+        network_mode=os.environ.get("HARNESS_DOCKER_NETWORK", "host"),
+        working_dir=job["run_dir"], labels={"torch-onnx-matrix.worker": job.get("run_id", "")},
+        device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if args.gpus else None)
+    watchdog = start_watchdog(container.id)
+    events = os.fdopen(args.events_fd, "wb", buffering=0)
+    try:
+        stream = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=True)
+        container.start()
+        pending = b""
+        for out, err in stream:
+            if err:
+                sys.stderr.buffer.write(err)
+                sys.stderr.flush()
+            if out:
+                pending += out
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    target = events if is_event(line) else sys.stdout.buffer
+                    target.write(line + b"\n")
+                sys.stdout.flush()
+        if pending:
+            sys.stdout.buffer.write(pending + b"\n")
+        status = container.wait().get("StatusCode", 1)
+    finally:
+        events.close()
+        container.remove(force=True)
+        watchdog.stdin.close()
+        watchdog.wait()
+    if 128 < status < 128 + 65:
+        # tini exits 128+n when the worker died of signal n: die the same way for the runner.
+        sys.stdout.flush()
+        signal.signal(status - 128, signal.SIG_DFL)
+        os.kill(os.getpid(), status - 128)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.docker_run")
+    parser.add_argument("--image")
+    parser.add_argument("--gpus", action="store_true", help="give the container every GPU")
+    parser.add_argument("--job", type=Path)
+    parser.add_argument("--events-fd", type=int)
+    parser.add_argument("--watch", metavar="CONTAINER", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.watch:
+        return watch(args.watch)
+    if not (args.image and args.job and args.events_fd is not None):
+        parser.error("--image, --job and --events-fd are required")
+    return run_container(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
