@@ -62,6 +62,27 @@ def publish(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def images(session: nox.Session) -> None:
+    """Build the Docker images a matrix needs; unchanged ones are kept (args: --config --only)."""
+    _install(session)
+    session.run("python", "-m", "harness.docker_cli", "images", *session.posargs)
+
+
+@nox.session(name="base-image", python="3.11")
+def base_image(session: nox.Session) -> None:
+    """Bootstrap the local Debian base image used when public base images cannot be pulled."""
+    _install(session)
+    session.run("python", "-m", "harness.docker_cli", "base-image", *session.posargs)
+
+
+@nox.session(python="3.11")
+def gate(session: nox.Session) -> None:
+    """Gate a torch bump: --baseline/--candidate VERSION|RUN; exit 1 on regression, 2 on bad input."""
+    _install(session)
+    session.run("python", "-m", "harness", "gate", *session.posargs, env=_invoked(session))
+
+
+@nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit tests and real end-to-end matrices)."""
     # Worker-side modules (parity, runners) are also unit-tested in-process: they need torch.

@@ -11,21 +11,60 @@ import yaml
 from harness.plan import matches
 from harness.records import Record, Status
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TYPE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*(.*)$", re.S)
+# A sentence ends at a period after a word, a quote or a bracket, followed by space or the end;
+# "torch.export." ends one, "aten.repeat_interleave" and "0.001;" do not.
+_SENTENCE_END = re.compile(r"(?<=[\w)\]'\"`>])\.(?=\s|$)")
+
+# Order matters: quoted names and dict literals go before paths and numbers eat their insides.
 _NORMALIZERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"'[^']*[/\\][^']*'|\"[^\"]*[/\\][^\"]*\""), "<name>"),  # node names, files
+    (re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}"), "<dict>"),  # shapes / dynamic dims given back
+    (re.compile(r"\[[\d\s,.+-]*\]"), "<list>"),  # shapes and element indices
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
-    (re.compile(r"(?:/[\w.+@-]+)+/?"), "<path>"),
-    (re.compile(r"'[^']*\.onnx'"), "<file>"),
-    (re.compile(r"\b(?:node|Node)[ _]?\(?['\"]?[\w/.:-]+['\"]?\)?"), "node <name>"),
+    (re.compile(r"(?<![\w.])(?:/[\w.+@-]+)+/?"), "<path>"),
+    (re.compile(r"\b(?:[\w.-]*[A-Za-z][\w.-]*/)+[\w.-]+"), "<path>"),
+    (re.compile(r"\b(?:node|Node)(?: name)?[ _:]*\(?['\"]?[\w/.:-]+['\"]?\)?"), "node <name>"),
+    (re.compile(r"\b[suq]\d+\b"), "<sym>"),  # torch.export symbols (s0, u1) renumber per model
     (re.compile(r"(?<![A-Za-z])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"), "<n>"),
     (re.compile(r"\s+"), " "),
 ]
 
 
-def normalize_error(error: str) -> str:
-    text = error
+def first_sentence(text: str) -> str:
+    """The first non-empty line, cut at its first sentence end.
+
+    Upstream messages keep their first sentence across releases and change the advice after
+    it (the SDPA-at-opset-13 error ends differently on torch 2.6 and 2.9).
+    """
+    lines = [ln for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[0].strip()
+    end = _SENTENCE_END.search(line)
+    return line[:end.start()] if end else line
+
+
+def _normalize_part(part: str) -> str:
+    """'Type: message' -> 'Type: first sentence, with volatile tokens replaced'."""
+    m = _TYPE.match(part)
+    exc_type, message = (m.group(1), m.group(2)) if m and " " not in m.group(1) else ("", part)
+    text = first_sentence(message)
     for pattern, repl in _NORMALIZERS:
         text = pattern.sub(repl, text)
-    return text.strip()[:300]
+    text = text.strip()
+    return f"{exc_type}: {text}" if exc_type else text
+
+
+def normalize_error(error: str) -> str:
+    """Stable text of an error: per cause ('outer <- root'), type + normalized first sentence.
+
+    Addresses, paths, node names, numbers, shapes and the advice after the first sentence vary
+    across torch versions, exporters and opsets for one upstream bug; they are dropped.
+    """
+    parts = [_normalize_part(p) for p in _ANSI.sub("", error or "").split(" <- ")]
+    return " <- ".join(p for p in parts if p)[:300]
 
 
 def signature(rec: Record) -> str | None:

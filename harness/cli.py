@@ -58,6 +58,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_option(p: argparse.ArgumentParser) -> None:
+    # Also accepted after the subcommand, where `nox -s report -- ...` puts it.
+    p.add_argument("--reports", type=Path, default=argparse.SUPPRESS, help="results store (default: reports/)")
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     from harness.report_html import write_site
 
@@ -94,6 +99,7 @@ def _gate_parser(sub: argparse._SubParsersAction) -> None:
                    help="max_abs may grow by this many atol before it counts as drift "
                         f"(default {DEFAULT_PARITY_FACTOR})")
     p.add_argument("--no-remeasure", action="store_true", help="count slower cells without re-measuring")
+    _store_option(p)
     p.set_defaults(func=cmd_gate)
 
 
@@ -126,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("report", help="re-render reports from stored results")
     p.add_argument("runs", nargs="*", help="run ids or directories (default: latest)")
+    _store_option(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("publish", help="write a static site of every run (GitHub Pages ready)")
     p.add_argument("--site", type=Path, default=None, help="output folder (default: reports/site)")
+    _store_option(p)
     p.set_defaults(func=cmd_publish)
     _gate_parser(sub)
     args = parser.parse_args(argv)

@@ -17,7 +17,9 @@ def cmd_images(args: argparse.Namespace) -> int:
     from harness.docker_provider import DockerProvider
 
     plan = build_plan(load_matrix(args.config), parse_only(args.only))
-    provider = DockerProvider()
+    from rich.console import Console
+
+    provider = DockerProvider(log=Console(stderr=True).print)
     built = failed = 0
     for env_plan in plan.environments:
         spec = env_plan.env

@@ -140,4 +140,6 @@ def finalize(run_dir: Path, meta: dict[str, Any], reports: Path) -> None:
     write_json_atomic(run_dir / "run.json", meta)
     update_index(run_dir, reports)
     md = write_reports(run_dir, records, meta, reports)
-    console.print(md.read_text() if len(records) < 80 else f"matrix written to {md}")
+    if len(records) < 80:
+        console.print(md.read_text(), markup=False, highlight=False)
+    console.print(f"matrix: {md} · {md.with_suffix('.html')}")

@@ -7,6 +7,7 @@ least one; 2: bad arguments or configuration (raised as ConfigError for the CLI 
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ def remeasure_side(side: Side, keys: set[tuple], matrix: Matrix, req: GateReques
            if cell_key(c.case, c.exporter, c.opset, c.runtime, c.options) in keys}
     if not ids:
         return {}
+    if out.exists():
+        shutil.rmtree(out)  # the gate's own scratch run from an earlier gate into the same --output
     run_dir = run_cells(restricted, req.config, prune(plan, ids), out, req.reports, req.provider, current)
     return {r.key: r for r in read_records(run_dir / "results.jsonl")}
 

@@ -22,7 +22,7 @@ from harness import plots
 from harness.aggregate import (AXES, history, previous_run, records_frame, sorted_torch, status_changes,
                                summaries, torch_bumps)
 from harness.records import Record, count_by_status
-from harness.report_md import write_markdown
+from harness.report_md import render_markdown
 from harness.store import cell_log_path, list_runs, load_run, read_index, write_report_file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -73,15 +73,16 @@ def log_excerpt(run_dir: Path, rec: Record) -> str | None:
 
 
 def latency_histogram(samples: list[float], bins: int = 24) -> dict[str, Any] | None:
-    """Counts between the 1st and 99th percentile: the shape of the distribution, not its outliers."""
+    """Counts from the 1st percentile to Tukey's far-out fence: the shape, not the stragglers."""
     values = np.asarray([s for s in samples if isinstance(s, (int, float))], dtype=float)
     if values.size < 5:
         return None
-    lo, hi = np.percentile(values, [1, 99])
-    if hi <= lo:
-        hi = lo + 1e-9
-    counts, edges = np.histogram(np.clip(values, lo, hi), bins=bins, range=(lo, hi))
-    return {"counts": counts.tolist(), "lo": float(lo), "hi": float(hi), "n": int(values.size)}
+    p1, q1, q3, p99 = np.percentile(values, [1, 25, 75, 99])
+    lo, hi = float(p1), float(min(p99, q3 + 3 * (q3 - q1)))
+    hi = hi if hi > lo else lo + 1e-9
+    counts, _ = np.histogram(np.clip(values, lo, hi), bins=bins, range=(lo, hi))
+    return {"counts": counts.tolist(), "lo": lo, "hi": hi, "n": int(values.size),
+            "beyond": int((values > hi).sum())}
 
 
 def cell_details(run_dir: Path, rec: Record) -> dict[str, Any]:
@@ -206,14 +207,19 @@ def run_plots(records: list[Record]) -> dict[str, str | None]:
     return {"latency": plots.latency_plot(df), "parity": plots.parity_plot(df)}
 
 
+def stored_plots(run_dir: Path) -> dict[str, str]:
+    """Plots a previous render left in the run (they change only when its results do)."""
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted((Path(run_dir) / "plots").glob("*.svg"))}
+
+
 def write_reports(run_dir: Path, records: list[Record], meta: dict[str, Any], reports: Path | None) -> Path:
     """All report files of one run (matrix.md, matrix.html, plots/); results and run.json stay as they are."""
     run_dir = Path(run_dir)
     svgs = run_plots(records)
     written = [write_report_file(run_dir, f"plots/{k}.svg", v).relative_to(run_dir).as_posix()
                for k, v in svgs.items() if v]
-    md = write_markdown(run_dir, records, meta, reports, plots=written)
     previous = previous_run(meta, records_frame(records), reports) if records else None
+    md = write_report_file(run_dir, "matrix.md", render_markdown(records, meta, previous, written))
     in_store = reports is not None and any(p.resolve() == run_dir.resolve() for p in list_runs(reports))
     html = render_run_html(run_dir, records, meta, previous, svgs, "../../index.html" if in_store else None)
     write_report_file(run_dir, "matrix.html", html)
@@ -238,7 +244,8 @@ def write_site(reports: Path, site: Path) -> Path:
             continue
         meta, records = load_run(run_dir)
         previous = previous_run(meta, records_frame(records), reports) if records else None
-        html = render_run_html(run_dir, records, meta, previous, run_plots(records), "../index.html")
+        html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records),
+                               "../index.html")
         (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8")
     index = site / "index.html"
     index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8")

@@ -37,19 +37,29 @@ def companion_extras(torch_version: str) -> list[str]:
             f"transformers=={transformers_for(torch_version)}"]
 
 
-class _Unwrap(torch.nn.Module):
-    """Plain tensor outputs: ModelOutput dicts and cache objects are not exportable outputs."""
+class _TextModel(torch.nn.Module):
+    """(input_ids, attention_mask) -> last_hidden_state: plain tensors in and out, as exported.
 
-    def __init__(self, model: torch.nn.Module, key: str, names: tuple[str, ...]) -> None:
+    Keywords, not positions: GPT2Model's second positional parameter is past_key_values.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        self.model, self.key, self.names = model, key, names
+        self.model = model
 
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        # Keywords, not positions: GPT2Model's second positional parameter is past_key_values.
-        return getattr(self.model(**dict(zip(self.names, args))), self.key)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-_TEXT = ("input_ids", "attention_mask")
+class _TensorModel(torch.nn.Module):
+    """One tensor in -> last_hidden_state (ModelOutput is not a plain exportable output)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x).last_hidden_state
 
 
 def _tokens(vocab: int, batch: int = 2, seq: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +76,7 @@ def bert():
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=128, max_position_embeddings=64, attn_implementation="eager")
-    model = _Unwrap(BertModel(cfg, add_pooling_layer=False), "last_hidden_state", _TEXT).eval()
+    model = _TextModel(BertModel(cfg, add_pooling_layer=False)).eval()
     ids, mask = _tokens(cfg.vocab_size)
     dims = {0: {0: "batch", 1: "seq"}, 1: {0: "batch", 1: "seq"}}
     return model, (ids, mask), dims
@@ -79,7 +89,7 @@ def gpt2():
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                      use_cache=False, attn_implementation="eager")
-    model = _Unwrap(GPT2Model(cfg), "last_hidden_state", _TEXT).eval()
+    model = _TextModel(GPT2Model(cfg)).eval()
     ids, mask = _tokens(cfg.vocab_size)
     return model, (ids, mask), {0: {0: "batch", 1: "seq"}, 1: {0: "batch", 1: "seq"}}
 
@@ -92,7 +102,7 @@ def vit():
     cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                     attn_implementation="eager")
-    model = _Unwrap(ViTModel(cfg, add_pooling_layer=False), "last_hidden_state", ("pixel_values",)).eval()
+    model = _TensorModel(ViTModel(cfg, add_pooling_layer=False)).eval()
     return model, (torch.randn(2, 3, 32, 32),), {0: {0: "batch"}}
 
 
@@ -109,7 +119,7 @@ def whisper_encoder():
     cfg = WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6,
                         encoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=100,
                         attn_implementation="eager")
-    model = _Unwrap(WhisperEncoder(cfg), "last_hidden_state", ("input_features",)).eval()
+    model = _TensorModel(WhisperEncoder(cfg)).eval()
     return model, (torch.randn(2, 80, 200),), {0: {0: "batch"}}
 
 

@@ -6,10 +6,9 @@ therefore always set explicitly and the precision the compiled model reports is 
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -52,12 +51,17 @@ def summarise_error(text: str) -> str:
     return f"{head}: {'; '.join(summary)}" if summary else head
 
 
-@contextlib.contextmanager
-def readable_errors() -> Iterator[None]:
+def call_readably(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, OpenVINO errors re-raised summary first, full text after (the log keeps it).
+
+    Raised after the ``except`` block on purpose: a chained original would be appended to the
+    record's error as its root cause, bringing the source-location line back.
+    """
     try:
-        yield
+        return fn(*args)
     except RuntimeError as exc:
-        raise OpenVinoError(summarise_error(str(exc))) from exc
+        error = OpenVinoError(f"{summarise_error(str(exc))}\n{exc}")
+    raise error
 
 
 def reported_precision(value: Any) -> str:
@@ -88,9 +92,8 @@ class OpenVinoRunner(Runner):
 
         core = ov.Core()
         config = compile_config(self.precision, self.threads)
-        with readable_errors():
-            model = core.read_model(str(self.model_path))
-            self.compiled = core.compile_model(model, self.device, config)
+        model = call_readably(core.read_model, str(self.model_path))
+        self.compiled = call_readably(core.compile_model, model, self.device, config)
         self.request = self.compiled.create_infer_request()
         self._inputs = [p.get_any_name() for p in self.compiled.inputs]
         actual = reported_precision(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
@@ -107,8 +110,7 @@ class OpenVinoRunner(Runner):
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         # Feeds are keyed by graph input name; the model keeps its dynamic dims, so every call
         # may use a new shape. Outputs are copied: the request reuses its buffers.
-        with readable_errors():
-            self.request.infer({name: np.ascontiguousarray(v) for name, v in feeds.items()})
+        call_readably(self.request.infer, {name: np.ascontiguousarray(v) for name, v in feeds.items()})
         return [self.request.get_output_tensor(i).data.copy() for i in range(len(self.compiled.outputs))]
 
     def timed_call(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:

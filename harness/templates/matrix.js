@@ -138,7 +138,8 @@
       svg.appendChild(t);
     });
     parent.appendChild(svg);
-    parent.appendChild(el("p", "muted", h.n + " timed runs, 1st–99th percentile"));
+    parent.appendChild(el("p", "muted", h.n + " samples" +
+      (h.beyond ? "; " + h.beyond + " slower ones are counted in the last bar" : "")));
   }
 
   function opBars(parent, ops) {
