@@ -78,7 +78,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     settings = Settings(args.latency_threshold, args.alpha, args.parity_factor)
     return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
-                                args.provider, settings, not args.no_remeasure))
+                                args.provider, settings, args.remeasure))
 
 
 def _gate_parser(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +98,9 @@ def _gate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parity-factor", type=float, default=DEFAULT_PARITY_FACTOR,
                    help="max_abs may grow by this many atol before it counts as drift "
                         f"(default {DEFAULT_PARITY_FACTOR})")
-    p.add_argument("--no-remeasure", action="store_true", help="count slower cells without re-measuring")
+    p.add_argument("--remeasure", type=int, default=2, metavar="N",
+                   help="fresh processes per side to re-measure cells flagged slower (default 2; "
+                        "0: count the first measurement)")
     _store_option(p)
     p.set_defaults(func=cmd_gate)
 

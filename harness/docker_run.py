@@ -35,14 +35,21 @@ def container_environment() -> dict[str, str]:
 
 
 def mounts_for(job: dict[str, Any]):
-    """The run directory read-write; the matrix folder (user case files) read-only."""
+    """The run directory read-write; the matrix folder and the folders of case files read-only,
+    all at their host paths, so that every path in the job means the same inside."""
     from docker.types import Mount
 
     run_dir = Path(job["run_dir"]).resolve()
+    folders = {Path(job["base_dir"]).resolve()} if job.get("base_dir") else set()
+    for group in job["groups"]:
+        ref = group.get("case_ref", "")
+        if ".py:" in ref:
+            folders.add(Path(ref.rsplit(":", 1)[0]).resolve().parent)
     mounts = [Mount(str(run_dir), str(run_dir), type="bind")]
-    base = Path(job.get("base_dir") or run_dir).resolve()
-    if base.is_dir() and base != run_dir and run_dir not in base.parents and base != Path("/"):
-        mounts.append(Mount(str(base), str(base), type="bind", read_only=True))
+    for folder in sorted(folders):
+        covered = folder == run_dir or run_dir in folder.parents or folder == Path("/")
+        if folder.is_dir() and not covered and not any(f in folder.parents for f in folders):
+            mounts.append(Mount(str(folder), str(folder), type="bind", read_only=True))
     return mounts
 
 

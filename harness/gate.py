@@ -16,12 +16,12 @@ from rich.console import Console
 
 from harness.annotate import Annotator
 from harness.config import ConfigError, Matrix, load_matrix
-from harness.gate_compare import (CellComparison, Settings, Verdict, cell_key, compare_sides,
-                                  compare_timing)
+from harness.gate_compare import CellComparison, Settings, Verdict, cell_key, compare_sides
 from harness.gate_output import write_outputs
 from harness.gate_sources import (Side, fingerprint, prune, run_cells, run_side_or_none,
                                   side_from_version, version_plan)
 from harness.records import Record, read_records
+from harness.stats import compare_latency
 
 console = Console(stderr=True)
 
@@ -35,14 +35,16 @@ class GateRequest:
     output: Path | None = None
     provider: str = "venv"
     settings: Settings = Settings()
-    remeasure: bool = True
+    remeasure: int = 2          # fresh processes per side for cells flagged slower; 0: none
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: Settings, remeasure: int) -> None:
     if not settings.latency_threshold >= 1.0:
         raise ConfigError(f"--latency-threshold must be >= 1 (got {settings.latency_threshold})")
     if not 0 < settings.alpha < 1:
         raise ConfigError(f"--alpha must be between 0 and 1 (got {settings.alpha})")
+    if remeasure < 0:
+        raise ConfigError(f"--remeasure must be >= 0 (got {remeasure})")
     if not settings.parity_factor >= 0:
         raise ConfigError(f"--parity-factor must be >= 0 (got {settings.parity_factor})")
 
@@ -61,34 +63,56 @@ def remeasure_side(side: Side, keys: set[tuple], matrix: Matrix, req: GateReques
     return {r.key: r for r in read_records(run_dir / "results.jsonl")}
 
 
-def apply_remeasure(cells: list[CellComparison], base: dict[tuple, Record], cand: dict[tuple, Record],
-                    settings: Settings) -> None:
-    """Replace each slower verdict by the verdict on the fresh samples of both sides."""
+def remeasure(cells: list[CellComparison], base: Side, cand: Side, matrix: Matrix, req: GateRequest,
+              out: Path, current: dict) -> None:
+    """Re-measure the cells flagged slower in fresh worker processes, baseline and candidate
+    interleaved, then re-decide them on the fresh samples."""
+    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
+    if not slower or req.remeasure < 1:
+        return
+    console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")
+    fresh_base: dict[tuple, list[Record]] = {}
+    fresh_cand: dict[tuple, list[Record]] = {}
+    for i in range(1, req.remeasure + 1):
+        for side, fresh, name in ((base, fresh_base, "baseline"), (cand, fresh_cand, "candidate")):
+            for key, rec in remeasure_side(side, slower, matrix, req, out / "remeasure" / f"{name}-{i}",
+                                           current).items():
+                fresh.setdefault(key, []).append(rec)
     for cell in cells:
-        if cell.verdict is not Verdict.SLOWER:
-            continue
-        b, c = base.get(cell.key), cand.get(cell.key)
-        if b is None or c is None or b.status != "pass" or c.status != "pass":
-            cell.notes.append("could not re-measure: counted on the first measurement")
-            continue
-        first = cell.latency
-        lat = compare_timing(b, c, settings)
-        cell.remeasured = True
-        if lat is None:
-            cell.notes.append("re-measurement has no comparable samples: counted on the first one")
-            continue
-        # Show the numbers the verdict rests on; the first measurement stays in the detail.
-        cell.latency, cell.base, cell.cand = lat, b, c
-        was = f"first ×{first.ratio:.2f}" if first else ""
-        if lat.slower:
-            cell.detail = f"median ×{lat.ratio:.2f} (p={lat.p_value:.2g}); {was}"
-        else:
-            cell.verdict = Verdict.FASTER if lat.faster else Verdict.UNCHANGED
-            cell.detail = f"{was}, cleared by re-measurement (×{lat.ratio:.2f})"
+        if cell.verdict is Verdict.SLOWER:
+            redecide(cell, fresh_base.get(cell.key, []), fresh_cand.get(cell.key, []), req)
+
+
+def redecide(cell: CellComparison, base: list[Record], cand: list[Record], req: GateRequest) -> None:
+    """Slower only if the pooled fresh samples are, and every fresh candidate process is slower
+    than every fresh baseline process: latency can settle per process (memory layout, core), and
+    one process per side cannot tell that from a regression."""
+    base = [r for r in base if r.status == "pass" and r.latency_ms.get("samples")]
+    cand = [r for r in cand if r.status == "pass" and r.latency_ms.get("samples")]
+    if len(base) < req.remeasure or len(cand) < req.remeasure:
+        cell.notes.append("could not re-measure: counted on the first measurement")
+        return
+    settings = req.settings
+    first = cell.latency
+    lat = compare_latency([s for r in base for s in r.latency_ms["samples"]],
+                          [s for r in cand for s in r.latency_ms["samples"]],
+                          settings.latency_threshold, settings.alpha)
+    b_meds = [r.latency_ms["median"] for r in base]
+    c_meds = [r.latency_ms["median"] for r in cand]
+    consistent = min(c_meds) > settings.latency_threshold * max(b_meds)
+    cell.latency, cell.remeasured = lat, True
+    meds = (f"process medians {', '.join(f'{m:.3g}' for m in b_meds)} → "
+            f"{', '.join(f'{m:.3g}' for m in c_meds)} ms")
+    was = f"first ×{first.ratio:.2f}" if first else "first measurement"
+    if lat.slower and consistent:
+        cell.detail = f"median ×{lat.ratio:.2f} (p={lat.p_value:.2g}), {meds}; {was}"
+    else:
+        cell.verdict = Verdict.FASTER if lat.faster else Verdict.UNCHANGED
+        cell.detail = f"{was} cleared by re-measurement: ×{lat.ratio:.2f}, {meds}"
 
 
 def run_gate(req: GateRequest) -> int:
-    check_settings(req.settings)
+    check_settings(req.settings, req.remeasure)
     matrix = load_matrix(req.config)
     current = fingerprint(matrix, req.config)
     out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -99,12 +123,7 @@ def run_gate(req: GateRequest) -> int:
     base, cand = (side or side_from_version(ref, matrix, req.config, req.reports, req.provider, current)
                   for ref, side in zip((req.baseline, req.candidate), runs))
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
-    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
-    if slower and req.remeasure:
-        console.print(f"re-measuring {len(slower)} cell(s) flagged slower, for both sides")
-        fresh_base = remeasure_side(base, slower, matrix, req, out / "remeasure" / "baseline", current)
-        fresh_cand = remeasure_side(cand, slower, matrix, req, out / "remeasure" / "candidate", current)
-        apply_remeasure(cells, fresh_base, fresh_cand, req.settings)
+    remeasure(cells, base, cand, matrix, req, out, current)
     code = 1 if any(c.verdict.blocking for c in cells) else 0
     md = write_outputs(out, base, cand, cells, req.settings, code, current)
     print(md)

@@ -20,11 +20,13 @@ SECTIONS = [
 ]
 
 
-def _state(rec: Any) -> str:
+def _state(rec: Any, median: float | None = None) -> str:
+    """Status and median; ``median`` overrides the record's when the verdict rests on re-measured samples."""
     if rec is None:
         return "—"
-    if rec.status in ("pass", "xpass") and rec.latency_ms.get("median") is not None:
-        return f"{rec.status} {rec.latency_ms['median']:.3g} ms"
+    median = median if median is not None else rec.latency_ms.get("median")
+    if rec.status in ("pass", "xpass") and median is not None:
+        return f"{rec.status} {median:.3g} ms"
     return f"{rec.status} ({rec.stage})" if rec.stage else rec.status
 
 
@@ -40,8 +42,10 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             else "✅ no regression")
     lines = [f"## Upgrade gate: torch {base.torch} → {cand.torch}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
-    for verdict, title in SECTIONS:
-        chosen = [c for c in cells if c.verdict is verdict]
+    cleared = [(None, "Flagged slower, cleared by re-measurement")]
+    for verdict, title in SECTIONS + cleared:
+        chosen = [c for c in cells if c.verdict is verdict or
+                  (verdict is None and c.remeasured and c.verdict is Verdict.UNCHANGED)]
         if not chosen:
             continue
         lines += ["", f"### {title}", "", "| change | cell | before | after | ratio | detail |",
@@ -51,12 +55,14 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             detail = c.detail + (" (re-measured)" if c.remeasured else "")
             if c.notes:
                 detail += "; " + "; ".join(c.notes)
-            lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(_state(c.base))} | "
-                         f"{_cell(_state(c.cand))} | {ratio} | {_cell(detail)} |")
+            before = _state(c.base, c.latency.base_median if c.latency else None)
+            after = _state(c.cand, c.latency.cand_median if c.latency else None)
+            lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
+                         f"{_cell(after)} | {ratio} | {_cell(detail)} |")
     lines += ["", f"Baseline `{base.label}` (runs {', '.join(base.runs) or 'none'}), candidate "
               f"`{cand.label}` (runs {', '.join(cand.runs) or 'none'}). Latency counts when the median "
-              f"ratio > {settings.latency_threshold:g} and Mann–Whitney p < {settings.alpha:g}, after "
-              f"one re-measurement; parity drift when max_abs grows by more than "
+              f"ratio > {settings.latency_threshold:g} and Mann–Whitney p < {settings.alpha:g}, confirmed "
+              f"by a re-measurement in fresh processes; parity drift when max_abs grows by more than "
               f"{settings.parity_factor:g}×atol."]
     unrecorded = sorted({run for s in (base, cand) for run, fp in s.fingerprints.items() if not fp})
     if unrecorded:

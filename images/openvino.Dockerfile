@@ -1,5 +1,5 @@
-# OpenVINO environment image. harness/docker_images.py passes every ARG from the environment spec
-# (the same package list the venv provider installs); the defaults name the public base users pull.
+# OpenVINO environment image. harness/docker_images.py passes every ARG from the
+# environment spec (the venv provider's package list); defaults name the public base.
 # Build context: a staged folder holding images/, harness/ and wheels/ (local wheels, maybe empty).
 ARG BASE_IMAGE=openvino/ubuntu22_runtime:2025.3.0
 FROM ${BASE_IMAGE}
@@ -9,7 +9,6 @@ ARG TORCH_VERSION=2.13.0
 ARG COMPANION_PACKAGES="numpy==2.4.6 onnx==1.23.2 onnxscript==0.7.2"
 ARG RUNTIME_PACKAGES="openvino==2026.4.1"
 ARG EXTRA_PACKAGES=""
-ARG HARNESS_HASH=unknown
 
 # Bases differ in their default user (OpenVINO's is not root); installing needs root.
 USER 0
@@ -22,6 +21,9 @@ RUN --mount=type=bind,source=images/scripts,target=/tmp/scripts \
     sh /tmp/scripts/install-env.sh "${PYTHON}" "torch==${TORCH_VERSION}" \
         ${COMPANION_PACKAGES} ${RUNTIME_PACKAGES} ${EXTRA_PACKAGES}
 
+# Declared after the install: an ARG in scope is part of every later RUN's cache key, and a
+# harness change must not reinstall torch.
+ARG HARNESS_HASH=unknown
 # The harness is not installed: like the venv provider, the worker finds it on PYTHONPATH.
 COPY harness /opt/harness/harness
 ENV PATH=/opt/venv/bin:$PATH \

@@ -138,3 +138,50 @@ def test_repro_command_reproduces_the_verdict(probe_records, key):
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (again["status"], again["stage"], again["error"]) == (rec.status, rec.stage, rec.error)
+
+
+def test_real_models_form_their_own_group_and_pins_follow_torch():
+    from harness.config import load_matrix
+    from harness.probes.real import companion_extras, torchvision_for
+
+    assert torchvision_for("2.13.0") == "0.28.0" and torchvision_for("2.14.1") == "0.29.1"
+    assert torchvision_for("2.6.0") == "0.21.0"
+    assert companion_extras("2.14.1") == ["torchvision==0.29.1", "transformers==4.57.6"]
+    matrix = load_matrix(TESTS / "matrices" / "real_models.yaml")
+    assert [c.label for c in matrix.cases] == list(REAL_MODELS)
+
+
+@pytest.mark.parametrize("name", list(REAL_MODELS))
+def test_real_model_without_its_package_is_a_skip(name):
+    import importlib.util
+
+    from harness.cases import CaseSkipped, build_case
+
+    fn = resolve_target(name)
+    if all(importlib.util.find_spec(p) for p in fn.requires):
+        pytest.skip(f"{fn.requires} installed here: the real run covers {name}")
+    with pytest.raises(CaseSkipped, match="not installed"):
+        build_case(name, name)
+
+
+def test_training_mode_and_export_names_are_notes(tmp_path):
+    """GroupContext.prepare: a model returned in training mode is exported in eval mode with a
+    note; input/output names given at export are checked in the graph (kept here: no note)."""
+    from harness.worker import GroupContext
+
+    case = tmp_path / "train_case.py"
+    case.write_text(
+        "import torch\n"
+        "def dropout_net():\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))\n"
+        "    return model.train(), (torch.randn(2, 4),), {0: {0: 'batch'}}\n")
+    job = {"base_dir": str(tmp_path), "run_id": "t"}
+    group = {"gid": "g", "case": "dropout_net", "case_ref": f"{case}:dropout_net",
+             "exporter": "torchscript", "opset": 17, "options": {}, "cells": []}
+    ctx = GroupContext(job, group, tmp_path)
+    ctx.prepare()
+    assert ctx.failure is None, ctx.failure
+    assert not ctx.spec.model.training
+    assert any("training mode" in n for n in ctx.notes)
+    assert not any("names" in n for n in ctx.notes), ctx.notes
+    assert ctx.graph["outputs"] == ["output_0"]

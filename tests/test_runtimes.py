@@ -119,7 +119,6 @@ def test_openvino_available_in_process():
 def test_no_gpu_reason_is_precise_and_shared():
     from harness.runner import gpu_unavailable_reason as host_reason
     from harness.runtimes.ort_cuda import OrtCudaRunner
-    from harness.runtimes.tensorrt import TensorRTRunner
 
     why = gpu_unavailable_reason()
     assert why == host_reason()

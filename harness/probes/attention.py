@@ -1,4 +1,4 @@
-"""Attention probes: nn.MultiheadAttention, nn.TransformerEncoder, F.scaled_dot_product_attention."""
+"""Attention probes: MultiheadAttention, TransformerEncoder, scaled_dot_product_attention."""
 from __future__ import annotations
 
 import torch

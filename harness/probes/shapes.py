@@ -167,7 +167,8 @@ def dynamic_axes_names():
     tokens = torch.randint(0, 100, (2, 7), dtype=torch.int64)
     mask = torch.ones(2, 7, dtype=torch.int64)
     mask[1, 5:] = 0
-    return _TwoInputs().eval(), (tokens, mask), {0: {0: "batch", 1: "seq"}, 1: {0: "batch", 1: "seq"}}
+    dims = {0: {0: "batch", 1: "seq"}, 1: {0: "batch", 1: "seq"}}
+    return _TwoInputs().eval(), (tokens, mask), dims
 
 
 dynamic_axes_names.atol = 1e-4

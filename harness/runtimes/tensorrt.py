@@ -139,7 +139,7 @@ class TensorRTRunner(Runner):
         set_flags, clear_flags = builder_flags(self.precision, trt.BuilderFlag.__members__)
         logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(logger)
-        network = builder.create_network(0)
+        network = builder.create_network()  # explicit batch is the only mode since 10.0
         parser = trt.OnnxParser(network, logger)
         if not parser.parse_from_file(str(self.model_path)):
             raise TensorRTParseError(format_parser_errors(parser.get_error(i) for i in range(parser.num_errors)))
