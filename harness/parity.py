@@ -82,9 +82,11 @@ def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float, lab
              "worst_index": [int(i) for i in worst], "dtype": str(act.dtype)}
     if diff.size and (excess > 0).any():
         n_bad = int((excess > 0).sum())
+        at = tuple(stats["worst_index"])
         raise ParityError(
             f"{label}: {n_bad}/{diff.size} elements beyond atol={atol:g} rtol={rtol:g}; "
-            f"max_abs={max_abs:.3g} at {stats['worst_index']}"
+            f"max_abs={max_abs:.3g} at {stats['worst_index']} (eager {e[at]:.6g}, "
+            f"runtime {a[at]:.6g}); max_rel={max_rel:.3g}"
         )
     return stats
 

@@ -192,8 +192,10 @@ def run_cell(ctx: GroupContext, cell: dict[str, Any], versions: dict[str, Any]) 
                     if i == 0:
                         raise
                     shapes = {n: list(v.shape) for n, v in use.items()}
-                    raise SecondShapeError(f"at second shape {shapes} (dynamic dims "
-                                           f"{ctx.spec.dynamic_dims}): {short_error(exc)}") from exc
+                    culprits = _culprit_dims(ctx, runner, graph_inputs)
+                    raise SecondShapeError(
+                        f"at second shape {shapes}: rejected when growing {', '.join(culprits) or 'all dims together'} "
+                        f"(dynamic dims {ctx.spec.dynamic_dims}): {short_error(exc)}") from exc
         with stage("parity", durations):
             parity = {"atol": ctx.spec.atol, "rtol": ctx.spec.rtol, "shapes": []}
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
@@ -225,6 +227,29 @@ def run_cell(ctx: GroupContext, cell: dict[str, Any], versions: dict[str, Any]) 
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec
+
+
+def _culprit_dims(ctx: GroupContext, runner: Any, graph_inputs: list[str]) -> list[str]:
+    """Grow one named dynamic dim at a time to say which input and dim the graph rejects."""
+    from harness.export import input_names
+    from harness.parity import second_shape_inputs
+
+    import torch
+
+    names = input_names(ctx.spec)
+    culprits = []
+    for dim_name in sorted({n for dims in ctx.spec.dynamic_dims.values() for n in dims.values()}):
+        only = {i: {d: n for d, n in dims.items() if n == dim_name}
+                for i, dims in ctx.spec.dynamic_dims.items()}
+        grown = second_shape_inputs(ctx.spec.inputs, {i: d for i, d in only.items() if d})
+        tensors = [t for t in grown if isinstance(t, torch.Tensor)]
+        feeds = {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
+        try:
+            runner.infer(_match_feeds(feeds, graph_inputs))
+        except Exception:  # noqa: BLE001 - probing which dim the graph rejects
+            where = [f"input_{i} dim {d}" for i, dims in only.items() for d in dims]
+            culprits.append(f"'{dim_name}' ({', '.join(where)})")
+    return culprits
 
 
 def _match_feeds(feeds: dict[str, Any], graph_inputs: list[str]) -> dict[str, Any]:
