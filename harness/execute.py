@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.annotate import Annotator
@@ -64,6 +65,11 @@ def prepare_run_dir(output: Path | None, reports: Path, matrix: Matrix, config_p
     (run_dir / "logs").mkdir(exist_ok=True)
     summary = {"cells": len(plan.cells), "environments": [e.env.to_dict() for e in plan.environments]}
     meta = start_run_meta(run_dir, run_id, config_path, mhash, summary)
+    # Case sources and harness version: lets the gate reuse this run when nothing has changed.
+    from harness.gate_sources import fingerprint
+
+    meta["fingerprint"] = fingerprint(matrix, config_path)
+    write_json_atomic(run_dir / "run.json", meta)
     return run_dir, meta, set()
 
 
@@ -120,7 +126,8 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
                 restarts = sup.run(cells)
                 meta["environments"][env.name]["worker_restarts"] = restarts
             except EnvironmentBuildError as exc:
-                console.print(f"[red]environment {env.name} failed:[/] {exc}")
+                # Build logs hold brackets ("[/bin/sh -c ...]") that rich would read as markup.
+                console.print(f"[red]environment {env.name} failed:[/] {escape(str(exc))}")
                 for rec in environment_failure_records(meta["run_id"], env_plan, cells, exc):
                     record(rec)
             write_json_atomic(run_dir / "run.json", meta)
