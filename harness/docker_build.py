@@ -9,6 +9,7 @@ buildx build` where buildx is installed, else a client older than 23.0 with DOCK
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -99,6 +100,10 @@ def build_image(recipe: Recipe, tag: str, args: dict[str, str], wheels: list[Pat
                                   env={**os.environ, **extra_env})
     seconds = round(time.perf_counter() - t0, 1)
     if proc.returncode != 0:
-        tail = "\n".join(log_path.read_text().strip().splitlines()[-20:])
-        raise EnvironmentBuildError(f"docker build of {tag} failed (log: {log_path}):\n{tail}")
+        lines = log_path.read_text().strip().splitlines()
+        # The tool's own error (pip's, apt's) says more than BuildKit's "executor failed" after it.
+        errors = [ln.split(" ", 2)[-1] for ln in lines if re.match(r"#\d+ [\d.]+ ERROR", ln)]
+        cause = errors[-1] if errors else (lines[-1] if lines else "no output")
+        tail = "\n".join(lines[-20:])
+        raise EnvironmentBuildError(f"docker build of {tag} failed: {cause} (log: {log_path})\n{tail}")
     return seconds

@@ -104,7 +104,7 @@ def env_specs_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") 
         needs_gpu=any(runtime_info(r.name).needs_gpu for r in members),
         runtime_options={r.label: r.options for r in members},
         find_links=[p for p in dict.fromkeys([*install.find_links,
-                                              *(pip_find_links() if install.use_pip_config else [])])
+                                              *(pip_find_links() if install.use_pip_config and not info.needs_gpu else [])])
                     if Path(p).exists()],
         index_url=install.index_url, extra_index_urls=list(install.extra_index_urls),
     )

@@ -5,7 +5,7 @@ import importlib.util
 
 import numpy as np
 
-from harness.runtimes.base import Runner
+from harness.runtimes.base import Runner, RuntimeUnavailable
 
 
 class OrtCpuRunner(Runner):
@@ -37,6 +37,10 @@ class OrtCpuRunner(Runner):
     def activate_impl(self) -> None:
         import onnxruntime as ort
 
+        if self.precision != "fp32" and self.name == "ort-cpu":
+            # The CPU provider computes in the graph's own types; claiming fp16/bf16 would be a lie.
+            raise RuntimeUnavailable(f"ort-cpu runs the fp32 graph as is; precision {self.precision} "
+                                     "is not applied by this runtime")
         self.session = ort.InferenceSession(
             str(self.model_path), self.session_options(), providers=self.providers
         )
