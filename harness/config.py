@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -238,9 +239,12 @@ def _resolve_case_files(matrix: Matrix, path: Path) -> None:
         candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
+            # Not fatal here (plans and validation still work); each of its cells fails at export
+            # with this message and a traceback in its log.
             looked = ", ".join(str(c.parent) for c in candidates)
-            raise ConfigError(f"{path}: key 'cases[{i}]': case file {file_part!r} not found "
-                              f"(looked in {looked})")
+            print(f"warning: {path}: key 'cases[{i}]': case file {file_part!r} not found "
+                  f"(looked in {looked})", file=sys.stderr)
+            continue
         case.target = f"{found.resolve()}:{func}"
 
 

@@ -20,7 +20,7 @@ from harness.envs import EnvironmentBuildError
 LOCAL_BASE = "torch-onnx-matrix/base:bookworm"
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-# python3 + venv (bookworm's python3 is 3.11); ca-certificates for pip over TLS in later builds.
+# python3 + venv (bookworm's python3 is 3.11); ca-certificates for TLS in the builds on top.
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 
 

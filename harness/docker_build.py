@@ -2,7 +2,7 @@
 
 The Docker SDK's build call uses the classic builder, which has no secrets, cache mounts or bind
 mounts from the context; those are what keep the CA bundle and index settings out of layers and
-share pip's download cache between images. So builds (only builds) go through the CLI: `docker
+share uv's download cache between images. So builds (only builds) go through the CLI: `docker
 buildx build` where buildx is installed, else a client older than 23.0 with DOCKER_BUILDKIT=1
 (Debian bookworm's docker.io), whose built-in Dockerfile frontend has the same RUN --mount support.
 """
@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.docker_images import HARNESS, IMAGES, Recipe, dockerfile, pip_config
+from harness.docker_images import HARNESS, IMAGES, Recipe, dockerfile, index_env, uv_binary
 from harness.envs import EnvironmentBuildError
 
 CA_CANDIDATES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# Lines of a RUN step's output (BuildKit prefixes "#N seconds") that state an error: uv, apt, shell.
+ERROR_LINE = re.compile(r"#\d+ [\d.]+ +(error:|cause:|ERROR|E: |×|╰─▶|.*: not found|base image has no)")
 
 
 def _clients() -> list[str]:
@@ -53,7 +55,7 @@ def ca_bundle() -> Path | None:
 
 
 def stage_context(context: Path, wheels: list[Path]) -> None:
-    """Fill ``context`` with images/, harness/ and wheels/ (hard links: no copy of a 190 MB wheel).
+    """Fill ``context`` with images/, harness/, wheels/ and tools/uv (wheels and uv hard-linked).
 
     A fixed folder per recipe rather than a temporary one lets BuildKit send only what changed.
     """
@@ -61,14 +63,15 @@ def stage_context(context: Path, wheels: list[Path]) -> None:
     for name, src in (("images", IMAGES), ("harness", HARNESS)):
         shutil.rmtree(context / name, ignore_errors=True)
         shutil.copytree(src, context / name, ignore=ignore)
-    target = context / "wheels"
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    for wheel in wheels:
-        try:
-            os.link(wheel, target / wheel.name)
-        except OSError:  # another filesystem: copy, keeping mtime so the context stays stable
-            shutil.copy2(wheel, target / wheel.name)
+    for folder, files in (("wheels", wheels), ("tools", [uv_binary()])):
+        target = context / folder
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for src in files:
+            try:
+                os.link(src, target / src.name)
+            except OSError:  # another filesystem: copy, keeping mtime so the context stays stable
+                shutil.copy2(src, target / src.name)
 
 
 def build_image(recipe: Recipe, tag: str, args: dict[str, str], wheels: list[Path],
@@ -79,13 +82,13 @@ def build_image(recipe: Recipe, tag: str, args: dict[str, str], wheels: list[Pat
     context.mkdir(parents=True, exist_ok=True)
     stage_context(context, wheels)
     with tempfile.TemporaryDirectory(prefix="harness-secrets-") as secrets:
-        pipconf = Path(secrets) / "pip.conf"
-        pipconf.write_text(pip_config(settings))
-        pipconf.chmod(0o600)
+        index = Path(secrets) / "index.env"
+        index.write_text(index_env(settings))
+        index.chmod(0o600)
         ca = ca_bundle()
         cmd = [*prefix, "--network", "host", "--progress", "plain",
                "-f", str(context / "images" / dockerfile(recipe).name), "-t", tag,
-               "--secret", f"id=pipconf,src={pipconf}"]
+               "--secret", f"id=index,src={index}"]
         if ca is not None:
             cmd += ["--secret", f"id=ca,src={ca}"]
         for key, value in args.items():
@@ -101,9 +104,9 @@ def build_image(recipe: Recipe, tag: str, args: dict[str, str], wheels: list[Pat
     seconds = round(time.perf_counter() - t0, 1)
     if proc.returncode != 0:
         lines = log_path.read_text().strip().splitlines()
-        # The tool's own error (pip's, apt's) says more than BuildKit's "executor failed" after it.
-        errors = [ln.split(" ", 2)[-1] for ln in lines if re.match(r"#\d+ [\d.]+ ERROR", ln)]
-        cause = errors[-1] if errors else (lines[-1] if lines else "no output")
+        # The tool's own error (uv's, apt's) says more than BuildKit's "executor failed" after it.
+        errors = [ln.split(" ", 2)[-1].strip() for ln in lines if ERROR_LINE.match(ln)]
+        cause = " ".join(errors)[:400] if errors else (lines[-1] if lines else "no output")
         tail = "\n".join(lines[-20:])
         raise EnvironmentBuildError(f"docker build of {tag} failed: {cause} (log: {log_path})\n{tail}")
     return seconds

@@ -10,10 +10,13 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.envs import EnvironmentBuildError
 from harness.runtimes import runtime_info
 
 if TYPE_CHECKING:
@@ -111,23 +114,44 @@ def local_wheels(spec: "EnvSpec") -> list[Path]:
 
 
 def index_settings(spec: "EnvSpec") -> dict[str, list[str]]:
-    """Package-index URLs for pip inside the build: the matrix's, else the host's environment.
+    """Package-index URLs for uv inside the build: the matrix's, else the host's environment.
 
     file:// indexes are left out: they are folders of this machine, not reachable in a build.
     """
-    index = spec.index_url or os.environ.get("PIP_INDEX_URL") or os.environ.get("UV_INDEX_URL") \
-        or os.environ.get("UV_DEFAULT_INDEX")
+    index = spec.index_url or os.environ.get("UV_INDEX_URL") or os.environ.get("UV_DEFAULT_INDEX") \
+        or os.environ.get("PIP_INDEX_URL")
     extra = list(spec.extra_index_urls)
-    for var in ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
+    for var in ("UV_EXTRA_INDEX_URL", "UV_INDEX", "PIP_EXTRA_INDEX_URL"):
         extra += [u for u in os.environ.get(var, "").split() if u not in extra]
     remote = [u for u in ([index] if index else []) + extra if not u.startswith("file:")]
-    return {"index-url": [u for u in remote if u == index],
-            "extra-index-url": [u for u in remote if u != index]}
+    return {"UV_INDEX_URL": [u for u in remote if u == index],
+            "UV_EXTRA_INDEX_URL": [u for u in remote if u != index]}
 
 
-def pip_config(settings: dict[str, list[str]]) -> str:
-    lines = ["[global]"] + [f"{k} = {' '.join(v)}" for k, v in settings.items() if v]
-    return "\n".join(lines) + "\n"
+def index_env(settings: dict[str, list[str]]) -> str:
+    """The index settings as a shell file the build sources (handed in as a BuildKit secret:
+    URLs may carry credentials)."""
+    return "".join(f"export {k}={shlex.quote(' '.join(v))}\n" for k, v in settings.items() if v)
+
+
+def uv_binary() -> Path:
+    """The uv executable itself (PATH may hold a wrapper script), bind-mounted into builds."""
+    try:
+        import uv
+
+        path = Path(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        from harness.envs import uv_bin
+
+        path = Path(uv_bin()).resolve()
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            raise EnvironmentBuildError(f"{path} is not the uv executable (a wrapper?); pip install uv")
+    return path
+
+
+def uv_version(path: Path) -> str:
+    return subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout.strip()
 
 
 def image_tag(recipe: Recipe, args: dict[str, str], wheels: list[Path],
@@ -138,5 +162,6 @@ def image_tag(recipe: Recipe, args: dict[str, str], wheels: list[Path],
         "args": args,
         "wheels": [(w.name, w.stat().st_size) for w in wheels],
         "index": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
+        "uv": uv_version(uv_binary()),  # the installer resolves: another uv, maybe other pins
     }, sort_keys=True)
     return f"{REPOSITORY}/{recipe.name}:{hashlib.sha256(blob.encode()).hexdigest()[:16]}"

@@ -124,8 +124,10 @@ def run_container(args: argparse.Namespace) -> int:
     if 128 < status < 128 + 65:
         # tini exits 128+n when the worker died of signal n: die the same way for the runner.
         sys.stdout.flush()
-        signal.signal(status - 128, signal.SIG_DFL)
-        os.kill(os.getpid(), status - 128)
+        sig = status - 128
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be handled anyway
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
     return status
 
 

@@ -12,12 +12,13 @@ ARG EXTRA_PACKAGES=""
 
 # Bases differ in their default user (OpenVINO's is not root); installing needs root.
 USER 0
-# One layer for Python + packages: secrets, wheels, scripts and pip's cache are mounts only.
+# One layer for Python + packages: secrets, uv, wheels, scripts and uv's cache are mounts only.
 RUN --mount=type=bind,source=images/scripts,target=/tmp/scripts \
+    --mount=type=bind,source=tools,target=/tmp/tools \
     --mount=type=bind,source=wheels,target=/tmp/wheels \
     --mount=type=secret,id=ca \
-    --mount=type=secret,id=pipconf \
-    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=index \
+    --mount=type=cache,target=/root/.cache/uv \
     sh /tmp/scripts/install-env.sh "${PYTHON}" "torch==${TORCH_VERSION}" \
         ${COMPANION_PACKAGES} ${RUNTIME_PACKAGES} ${EXTRA_PACKAGES}
 

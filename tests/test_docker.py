@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,16 +63,15 @@ def test_tag_is_a_content_hash(monkeypatch):
     assert tag != di.image_tag(recipe, di.build_args(spec(), "b"), [], {})
 
 
-def test_index_settings_go_to_a_pip_config_and_skip_local_folders(monkeypatch):
-    from harness.docker_images import index_settings, pip_config
+def test_index_settings_become_a_secret_env_file_without_local_folders(monkeypatch):
+    from harness.docker_images import index_env, index_settings
 
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///opt/pypi/simple https://mirror/simple")
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    monkeypatch.delenv("UV_INDEX_URL", raising=False)
-    monkeypatch.delenv("UV_DEFAULT_INDEX", raising=False)
-    conf = pip_config(index_settings(spec(index_url="https://proxy/simple")))
-    assert "index-url = https://proxy/simple" in conf
-    assert "extra-index-url = https://mirror/simple" in conf and "file:" not in conf
+    for var in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    env = index_env(index_settings(spec(index_url="https://proxy/simple")))
+    assert "export UV_INDEX_URL=https://proxy/simple" in env
+    assert "export UV_EXTRA_INDEX_URL=https://mirror/simple" in env and "file:" not in env
 
 
 def test_events_are_told_from_stray_output():
@@ -84,7 +85,7 @@ def test_dockerfiles_pass_their_own_conventions():
     for path in (TESTS.parent / "images").glob("*.Dockerfile"):
         text = path.read_text()
         assert "ARG BASE_IMAGE=" in text and "--mount=type=secret,id=ca" in text, path
-        assert "--mount=type=cache,target=/root/.cache/pip" in text, path
+        assert "--mount=type=cache,target=/root/.cache/uv" in text, path
         assert text.rstrip().splitlines()[-3].startswith("USER 65534"), path
 
 
@@ -107,10 +108,7 @@ def build_images(*extra: str) -> tuple[str, float]:
     return proc.stdout + proc.stderr, time.perf_counter() - t0
 
 
-def run_harness_module(module: str, *args: str):
-    import subprocess
-    import sys
-
+def run_harness_module(module: str, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           cwd=TESTS.parent)
     assert proc.returncode == 0, f"{module} {args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

@@ -1,14 +1,14 @@
 #!/bin/sh
-# Installs one environment into /opt/venv, the same package list the uv venv provider installs.
-#   install-env.sh PYTHON REQUIREMENT...
-# Runs inside `docker build` with BuildKit mounts only: the CA bundle and the index settings are
-# secrets (/run/secrets/ca, /run/secrets/pipconf), local wheels a bind mount (/tmp/wheels) and
-# pip's download cache a cache mount, so none of them lands in a layer.
+# Installs one environment into /opt/venv with uv, the installer the venv provider uses, and the
+# same package list:   install-env.sh PYTHON REQUIREMENT...
+# Runs inside `docker build` with BuildKit mounts only: uv (this machine's binary, /tmp/tools),
+# the CA bundle and the index settings (secrets in /run/secrets), local wheels (/tmp/wheels) and
+# uv's download cache (shared by every image build) never land in a layer.
 set -eu
 python="python$1"
 shift
 
-if ! command -v "$python" >/dev/null 2>&1 || ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+if ! command -v "$python" >/dev/null 2>&1; then
     # Bases without this Python (CUDA, TensorRT, OpenVINO are Ubuntu): take it from the distro.
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "base image has no $python and no apt-get to install it" >&2
@@ -16,15 +16,18 @@ if ! command -v "$python" >/dev/null 2>&1 || ! "$python" -c 'import ensurepip, v
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    apt-get install -y --no-install-recommends "$python" "$python-venv" ca-certificates
+    apt-get install -y --no-install-recommends "$python" ca-certificates
     rm -rf /var/lib/apt/lists/*
 fi
 
-"$python" -m venv /opt/venv
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
-if [ -s /run/secrets/pipconf ]; then export PIP_CONFIG_FILE=/run/secrets/pipconf; fi
-if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi
+# The cache is another mount than /opt/venv: uv copies (its default hard links would fail).
+export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi
+# shellcheck disable=SC1091  # UV_INDEX_URL / UV_EXTRA_INDEX_URL, written by the harness
+if [ -s /run/secrets/index ]; then . /run/secrets/index; fi
 if ls /tmp/wheels/*.whl >/dev/null 2>&1; then set -- --find-links /tmp/wheels "$@"; fi
-/opt/venv/bin/python -m pip install "$@"
-# What run.json reports as "installed" (pip freeze, as `uv pip freeze` does for venvs).
-/opt/venv/bin/python -m pip freeze > /opt/venv/installed.txt
+uv=/tmp/tools/uv
+"$uv" venv --python "$python" /opt/venv
+"$uv" pip install --python /opt/venv/bin/python "$@"
+# What run.json reports as "installed", produced as for venvs (uv pip freeze).
+"$uv" pip freeze --python /opt/venv/bin/python > /opt/venv/installed.txt
