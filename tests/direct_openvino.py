@@ -15,41 +15,13 @@ import numpy as np
 import openvino as ov
 import torch
 
+from direct_verdict import export_plain, flat, grow  # same folder: the plain-API helpers
+
 warnings.filterwarnings("ignore")
 
 
-def grow(inputs, dims):
-    sizes = {}
-    for i, ds in dims.items():
-        for d, name in ds.items():
-            sizes.setdefault(name, inputs[i].shape[d] + 1)
-    out = []
-    for i, x in enumerate(inputs):
-        for d, name in sorted(dims.get(i, {}).items()):
-            x = x.index_select(d, torch.arange(sizes[name]) % x.shape[d])
-        out.append(x)
-    return tuple(out)
-
-
-def flat(o):
-    if isinstance(o, torch.Tensor):
-        return [o.detach().numpy()]
-    if isinstance(o, (list, tuple)):
-        return [y for x in o for y in flat(x)]
-    return []
-
-
 def export(model, inputs, dims, item, path):
-    names = [f"input_{i}" for i in range(len(inputs))]
-    if item["exporter"] == "torchscript":
-        torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=False,
-                          input_names=names, dynamic_axes={names[i]: d for i, d in dims.items()} or None)
-    else:
-        from torch.export import Dim
-
-        ds = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in range(len(inputs)))
-        torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=True,
-                          input_names=names, dynamic_shapes=ds if dims else None)
+    export_plain(model, inputs, dims, item["exporter"], item["opset"], path)
 
 
 def verdict(item) -> dict:

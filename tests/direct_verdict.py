@@ -48,6 +48,20 @@ def flat(o):
     return []
 
 
+def export_plain(model, inputs, dims, exporter: str, opset: int, path: str) -> None:
+    """torch.onnx.export as a user calls it: dynamic_axes for TorchScript, Dim.DYNAMIC for dynamo."""
+    names = [f"input_{i}" for i in range(len(inputs))]
+    if exporter == "torchscript":
+        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=False, input_names=names,
+                          dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
+    else:
+        from torch.export import Dim
+
+        ds = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in range(len(inputs)))
+        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                          dynamic_shapes=ds if dims else None)
+
+
 def verdict(item) -> dict:
     torch.manual_seed(0)
     res = load(item["case_file"], item["case_fn"])()
@@ -60,15 +74,7 @@ def verdict(item) -> dict:
     with torch.no_grad():
         refs = [flat(model(*x)) for x in shapes]
     try:
-        if item["exporter"] == "torchscript":
-            torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=False,
-                              input_names=names,
-                              dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
-        else:
-            from torch.export import Dim
-            ds = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in range(len(inputs)))
-            torch.onnx.export(model, inputs, path, opset_version=item["opset"], dynamo=True,
-                              input_names=names, dynamic_shapes=ds if dims else None)
+        export_plain(model, inputs, dims, item["exporter"], item["opset"], path)
     except Exception as e:
         return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
     try:
