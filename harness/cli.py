@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
 from harness.config import ConfigError, load_matrix
 from harness.plan import build_plan, parse_only
+from harness.shards import merge_runs, parse_shard, shard_plan
 from harness.records import SchemaError
 from harness.store import REPORTS
 
@@ -24,11 +26,23 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(args.config)
     plan = build_plan(matrix, parse_only(args.only))
+    if shard := parse_shard(args.shard):
+        plan = shard_plan(plan, *shard)
     if not plan.cells:
         print(f"{args.config}: the filter leaves no cells to run", file=sys.stderr)
         return 2
     run_dir = execute(matrix, args.config, plan, args.output, args.reports, args.provider, args.resume)
     print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.execute import finalize
+
+    run_dir = merge_runs(args.runs, args.output)
+    meta = json.loads((run_dir / "run.json").read_text())
+    finalize(run_dir, meta, args.reports)
+    print(f"merged {len(args.runs)} shard runs into {run_dir}")
     return 0
 
 
@@ -128,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
     p.add_argument("--provider", choices=["venv", "docker"], default="venv")
     p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
+    p.add_argument("--shard", default=None, help="run shard K of N (K/N): whole export groups, dealt round-robin")
     p.set_defaults(func=cmd_matrix)
+    p = sub.add_parser("merge", help="merge finished shard runs into one run")
+    p.add_argument("runs", nargs="+", type=Path, help="shard run directories")
+    p.add_argument("--output", type=Path, required=True, help="directory of the merged run (must not exist)")
+    p.set_defaults(func=cmd_merge)
     p = sub.add_parser("plan", help="print environments and cells without running them")
     _common(p)
     p.set_defaults(func=cmd_plan)

@@ -43,6 +43,8 @@ def grow(inputs, dims):
 def flat(o):
     if isinstance(o, torch.Tensor):
         return [o.detach().numpy()]
+    if isinstance(o, dict):
+        return [y for x in o.values() for y in flat(x)]
     if isinstance(o, (list, tuple)):
         return [y for x in o for y in flat(x)]
     return []

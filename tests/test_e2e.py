@@ -19,7 +19,7 @@ def find(records, **axes):
 
 
 def test_every_planned_cell_has_one_record(e2e_records):
-    assert len(e2e_records) == 2 * 2 * 3 * 5
+    assert len(e2e_records) == 2 * 2 * 3 * 9
     assert len({r.cell_id for r in e2e_records}) == len(e2e_records)
     assert {r.torch for r in e2e_records} == {"2.6.0", "2.13.0"}
 
@@ -93,8 +93,8 @@ def test_markdown_matrix(e2e_run, e2e_records):
 
 def test_verdicts_match_a_direct_export_and_onnxruntime_run(e2e_records, e2e_meta, tmp_path):
     """Every harness verdict equals what plain torch.onnx.export + onnxruntime says."""
-    file_cases = {"tiny_mlp": TESTS / "cases" / "user_models.py",
-                  "shape_baked": TESTS / "cases" / "user_models.py"}
+    file_cases = {name: TESTS / "cases" / "user_models.py"
+                  for name in ("tiny_mlp", "shape_baked", "two_out", "dict_out", "batch_one", "shape_branch")}
     probe_files = {"mha": ("attention", "mha"), "repeat_interleave": ("shapes", "repeat_interleave"),
                    "conv_bn": ("vision", "conv_bn")}
     for torch_version in ("2.6.0", "2.13.0"):
