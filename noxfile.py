@@ -5,6 +5,7 @@ import hashlib
 from pathlib import Path
 
 import nox
+import nox.command
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
@@ -79,7 +80,13 @@ def base_image(session: nox.Session) -> None:
 def gate(session: nox.Session) -> None:
     """Gate a torch bump: --baseline/--candidate VERSION|RUN; exit 1 on regression, 2 on bad input."""
     _install(session)
-    session.run("python", "-m", "harness", "gate", *session.posargs, env=_invoked(session))
+    try:
+        session.run("python", "-m", "harness", "gate", *session.posargs, env=_invoked(session),
+                    success_codes=[0])
+    except nox.command.CommandFailed as exc:
+        # Keep the gate's own exit code (1 regression, 2 usage) instead of nox's generic 1.
+        code = int(str(exc).rsplit(" ", 1)[-1]) if str(exc).rsplit(" ", 1)[-1].isdigit() else 1
+        raise SystemExit(code) from None
 
 
 @nox.session(python="3.11")
