@@ -34,46 +34,46 @@ def _invoked(session: nox.Session) -> dict[str, str]:
     return {"HARNESS_INVOKED_FROM": str(session.invoked_from)}
 
 
+def _harness(session: nox.Session, command: str, module: str = "harness") -> None:
+    """The whole body of a thin session: install the project, run one harness command."""
+    _install(session)
+    session.run("python", "-m", module, command, *session.posargs, env=_invoked(session))
+
+
 @nox.session(python="3.11")
 def matrix(session: nox.Session) -> None:
     """Run the compatibility matrix (args: --config PATH --output DIR --only AXIS=V,... --resume)."""
-    _install(session)
-    session.run("python", "-m", "harness", "matrix", *session.posargs, env=_invoked(session))
+    _harness(session, "matrix")
 
 
 @nox.session(python="3.11")
 def plan(session: nox.Session) -> None:
     """Print the environments and cells a matrix file expands to, without running them."""
-    _install(session)
-    session.run("python", "-m", "harness", "plan", *session.posargs, env=_invoked(session))
+    _harness(session, "plan")
 
 
 @nox.session(python="3.11")
 def report(session: nox.Session) -> None:
     """Re-render matrix.md/.html and plots from stored results, running nothing (args: RUN ...)."""
-    _install(session)
-    session.run("python", "-m", "harness", "report", *session.posargs)
+    _harness(session, "report")
 
 
 @nox.session(python="3.11")
 def publish(session: nox.Session) -> None:
     """Write a static site of every stored run to reports/site/ (args: --site DIR)."""
-    _install(session)
-    session.run("python", "-m", "harness", "publish", *session.posargs)
+    _harness(session, "publish")
 
 
 @nox.session(python="3.11")
 def images(session: nox.Session) -> None:
     """Build the Docker images a matrix needs; unchanged ones are kept (args: --config --only)."""
-    _install(session)
-    session.run("python", "-m", "harness.docker_cli", "images", *session.posargs)
+    _harness(session, "images", module="harness.docker_cli")
 
 
 @nox.session(name="base-image", python="3.11")
 def base_image(session: nox.Session) -> None:
     """Bootstrap the local Debian base image used when public base images cannot be pulled."""
-    _install(session)
-    session.run("python", "-m", "harness.docker_cli", "base-image", *session.posargs)
+    _harness(session, "base-image", module="harness.docker_cli")
 
 
 @nox.session(python="3.11")
@@ -85,8 +85,8 @@ def gate(session: nox.Session) -> None:
                     success_codes=[0])
     except nox.command.CommandFailed as exc:
         # Keep the gate's own exit code (1 regression, 2 usage) instead of nox's generic 1.
-        code = int(str(exc).rsplit(" ", 1)[-1]) if str(exc).rsplit(" ", 1)[-1].isdigit() else 1
-        raise SystemExit(code) from None
+        last = str(exc).rsplit(" ", 1)[-1]
+        raise SystemExit(int(last) if last.isdigit() else 1) from None
 
 
 @nox.session(python="3.11")

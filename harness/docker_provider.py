@@ -71,7 +71,7 @@ class DockerProvider:
         if why := self.daemon_unavailable_reason():
             return why
         if spec.needs_gpu:
-            from harness.runner import gpu_unavailable_reason
+            from harness.runtimes import gpu_unavailable_reason
 
             if why := gpu_unavailable_reason():
                 return why

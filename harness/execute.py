@@ -15,8 +15,8 @@ from harness.config import Matrix, matrix_hash
 from harness.envs import EnvironmentBuildError, VenvProvider
 from harness.plan import Plan
 from harness.records import Record, append_record, count_by_status, read_records
-from harness.runner import (WorkerSupervisor, environment_failure_records, gpu_unavailable_reason,
-                            plan_needs, skip_records)
+from harness.runner import WorkerSupervisor, environment_failure_records, plan_needs, skip_records
+from harness.runtimes import gpu_unavailable_reason
 from harness.store import new_run_id, read_run_meta, start_run_meta, write_json_atomic
 
 console = Console(stderr=True)

@@ -150,17 +150,6 @@ def environment_failure_records(run_id: str, env_plan: EnvPlan, cells: list[Cell
                          notes=["\n".join(msg[-10:])]) for c in cells]
 
 
-def gpu_unavailable_reason() -> str | None:
-    """Why GPU environments are not built here (None when an NVIDIA driver and device exist).
-
-    The same check the GPU runners make inside their environments, so a skip says the same thing
-    whether the host or the worker noticed first.
-    """
-    from harness.runtimes import gpu_unavailable_reason as reason
-
-    return reason()
-
-
 def skip_records(run_id: str, env_plan: EnvPlan, cells: list[Cell], reason: str) -> list[Record]:
     return [_base_record(run_id, c, env_plan.env.name, Status.SKIP, reason=reason,
                          error=None) for c in cells]

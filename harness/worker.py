@@ -132,11 +132,9 @@ class GroupContext:
                 with torch.no_grad():
                     self.references = [flatten_outputs(self.spec.model(*x)) for x in shapes]
                 names = exp.input_names(self.spec)
-                tensors = [x for x in self.spec.inputs if isinstance(x, torch.Tensor)]
                 for x in shapes:
                     ts = [t for t in x if isinstance(t, torch.Tensor)]
                     self.feeds.append({n: t.detach().cpu().numpy() for n, t in zip(names, ts)})
-                del tensors
                 outputs = exp.output_names(len(self.references[0]))
                 exp.export_model(self.spec, g["exporter"], int(g["opset"]), self.onnx_path,
                                  dynamic=opts.get("dynamic", True),

@@ -21,6 +21,13 @@ def run_harness(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.
     return proc
 
 
+def run_matrix(tmp_path_factory, name: str, config: str, *args: str) -> Path:
+    """Run tests/matrices/<config> into a fresh temporary run directory; return that directory."""
+    out = tmp_path_factory.mktemp(name) / "run"
+    run_harness("matrix", "--config", str(TESTS / "matrices" / config), "--output", str(out), *args)
+    return out
+
+
 @pytest.fixture(scope="session")
 def e2e_run(tmp_path_factory) -> Path:
     """The e2e matrix (tests/matrices/e2e.yaml) run once for the whole session.
@@ -31,9 +38,7 @@ def e2e_run(tmp_path_factory) -> Path:
     reuse = os.environ.get("HARNESS_E2E_RUN_DIR")
     if reuse and (Path(reuse) / "run.json").exists():
         return Path(reuse)
-    out = tmp_path_factory.mktemp("e2e") / "run"
-    run_harness("matrix", "--config", str(TESTS / "matrices" / "e2e.yaml"), "--output", str(out))
-    return out
+    return run_matrix(tmp_path_factory, "e2e", "e2e.yaml")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, run_harness
+from conftest import TESTS, run_harness, run_matrix
 from harness.envs import EnvSpec
 
 DOCKER_MATRIX = TESTS / "matrices" / "docker.yaml"
@@ -133,9 +133,7 @@ def docker_run_dir(built_image, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def venv_run_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("venv") / "run"
-    run_harness("matrix", "--config", str(DOCKER_MATRIX), "--output", str(out))
-    return out
+    return run_matrix(tmp_path_factory, "venv", DOCKER_MATRIX.name)
 
 
 def verdicts(run_dir: Path) -> dict[str, tuple[str, str | None]]:

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import TESTS, run_harness
+from conftest import TESTS, run_matrix
 from harness.cases import resolve_target
 from harness.probes import GROUPS, PROBES, REAL_MODELS, TRAP_PROBES
 
@@ -65,9 +65,7 @@ VERDICTS = {**EXPECTED, **FINDINGS}
 
 @pytest.fixture(scope="module")
 def probe_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("probes") / "run"
-    run_harness("matrix", "--config", str(TESTS / "matrices" / "probes.yaml"), "--output", str(out))
-    return out
+    return run_matrix(tmp_path_factory, "probes", "probes.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import TESTS, run_harness
+from conftest import TESTS, run_harness, run_matrix
 from harness.records import read_records
 
 pytestmark = pytest.mark.e2e
@@ -13,9 +13,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def misbehaving_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bad") / "run"
-    run_harness("matrix", "--config", str(TESTS / "matrices" / "misbehaving.yaml"), "--output", str(out))
-    return out
+    return run_matrix(tmp_path_factory, "bad", "misbehaving.yaml")
 
 
 def test_raise_abort_hang_are_contained(misbehaving_run):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, TESTS, env_python, run_harness
+from conftest import ROOT, TESTS, env_python, run_matrix
 from harness.runtimes import RUNTIMES, gpu_unavailable_reason
 from harness.runtimes.base import RuntimeUnavailable
 
@@ -21,9 +21,7 @@ PROBE_TARGETS = {"mha": "harness.probes.attention:mha", "conv_bn": "harness.prob
 # -- OpenVINO end to end --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ov_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("openvino") / "run"
-    run_harness("matrix", "--config", str(TESTS / "matrices" / "openvino.yaml"), "--output", str(out))
-    return out
+    return run_matrix(tmp_path_factory, "openvino", "openvino.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +115,7 @@ def test_openvino_available_in_process():
 
 @pytest.mark.skipif(ON_GPU, reason="this machine has an NVIDIA GPU")
 def test_no_gpu_reason_is_precise_and_shared():
-    from harness.runner import gpu_unavailable_reason as host_reason
+    from harness.execute import gpu_unavailable_reason as host_reason
     from harness.runtimes.ort_cuda import OrtCudaRunner
 
     why = gpu_unavailable_reason()
