@@ -34,10 +34,10 @@ def _invoked(session: nox.Session) -> dict[str, str]:
     return {"HARNESS_INVOKED_FROM": str(session.invoked_from)}
 
 
-def _harness(session: nox.Session, command: str, module: str = "harness") -> None:
+def _harness(session: nox.Session, command: str) -> None:
     """The whole body of a thin session: install the project, run one harness command."""
     _install(session)
-    session.run("python", "-m", module, command, *session.posargs, env=_invoked(session))
+    session.run("python", "-m", "harness", command, *session.posargs, env=_invoked(session))
 
 
 @nox.session(python="3.11")
@@ -67,13 +67,13 @@ def publish(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def images(session: nox.Session) -> None:
     """Build the Docker images a matrix needs; unchanged ones are kept (args: --config --only)."""
-    _harness(session, "images", module="harness.docker_cli")
+    _harness(session, "images")
 
 
 @nox.session(name="base-image", python="3.11")
 def base_image(session: nox.Session) -> None:
     """Bootstrap the local Debian base image used when public base images cannot be pulled."""
-    _harness(session, "base-image", module="harness.docker_cli")
+    _harness(session, "base-image")
 
 
 @nox.session(python="3.11")
@@ -102,12 +102,10 @@ def tests(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmark the tool: warm environment reuse, cell throughput, worker memory, timing floor."""
-    _install(session)
-    session.run("python", "-m", "harness.bench", *session.posargs)
+    _harness(session, "bench")
 
 
 @nox.session(name="gpu-check", python="3.11")
 def gpu_check(session: nox.Session) -> None:
     """Run the probes on ort-cuda and tensorrt and print a table (skips with reasons without a GPU)."""
-    _install(session)
-    session.run("python", "-m", "harness.gpu_check", *session.posargs)
+    _harness(session, "gpu-check")

@@ -1,54 +1,55 @@
-"""Command line: python -m harness {matrix,plan,report,publish,gate} (nox sessions call these)."""
+"""Command line: ``python -m harness SUBCOMMAND`` — every entry point of the tool, one parser.
+
+matrix, plan, merge, report, publish, gate, images, base-image, bench, gpu-check; the nox
+sessions of the same names call these. Exit codes: 0 success; 1 a finding (gate regression,
+a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store).
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from harness.config import ConfigError, load_matrix
-from harness.plan import build_plan, parse_only
-from harness.shards import merge_runs, parse_shard, shard_plan
-from harness.records import SchemaError
-from harness.store import REPORTS
-
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "matrix.yaml"
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="matrix file (default: matrix.yaml)")
-    p.add_argument("--only", default=None, help="filter cells, e.g. torch=2.13.0,exporter=dynamo|torchscript")
+from harness.core.paths import DEFAULT_CONFIG, REPORTS
+from harness.core.record import SchemaError
+from harness.envs.provider import PROVIDERS
+from harness.matrix.rules import ConfigError
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.execute import execute
+    from rich.console import Console
 
-    matrix = load_matrix(args.config)
-    plan = build_plan(matrix, parse_only(args.only))
-    if shard := parse_shard(args.shard):
-        plan = shard_plan(plan, *shard)
-    if not plan.cells:
-        print(f"{args.config}: the filter leaves no cells to run", file=sys.stderr)
-        return 2
-    run_dir = execute(matrix, args.config, plan, args.output, args.reports, args.provider, args.resume)
+    from harness.pipeline import MatrixRequest, run_matrix
+
+    run_dir = run_matrix(MatrixRequest(args.config, args.output, args.reports, args.only, args.shard,
+                                       args.provider, args.resume))
+    md = run_dir / "matrix.md"
+    console = Console(stderr=True)
+    if md.exists() and md.stat().st_size < 20000:
+        console.print(md.read_text(), markup=False, highlight=False)
+    console.print(f"matrix: {md} · {md.with_suffix('.html')}", markup=False)
     print(f"run directory: {run_dir}")
     return 0
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.execute import finalize
+    from harness.report import render_run
+    from harness.run.execute import finalize
+    from harness.store.merge import merge_runs
+    from harness.store.runs import read_run_meta
 
     run_dir = merge_runs(args.runs, args.output)
-    meta = json.loads((run_dir / "run.json").read_text())
-    finalize(run_dir, meta, args.reports)
+    finalize(run_dir, read_run_meta(run_dir), args.reports)
+    render_run(run_dir, args.reports)
     print(f"merged {len(args.runs)} shard runs into {run_dir}")
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    matrix = load_matrix(args.config)
-    plan = build_plan(matrix, parse_only(args.only))
+    from harness.pipeline import MatrixRequest, plan_for
+
+    plan = plan_for(MatrixRequest(args.config, only=args.only, shard=args.shard))
     for env in plan.environments:
         print(f"{env.env.name}: {' '.join(env.env.packages)}")
         for cell in env.cells:
@@ -59,26 +60,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report files from stored results; results.jsonl and run.json are only read."""
-    from harness.report_html import write_reports, write_store_index
-    from harness.store import load_run, resolve_run
+    from harness.report import render_run
+    from harness.report.html import write_store_index
+    from harness.store.runs import read_run_meta, resolve_run
 
     for ref in args.runs or ["latest"]:
         run_dir = resolve_run(ref, args.reports)
-        meta, records = load_run(run_dir)
-        path = write_reports(run_dir, records, meta, args.reports)
-        print(f"{meta['run_id']}: {path} {path.with_name('matrix.html')}")
+        path = render_run(run_dir, args.reports)
+        print(f"{read_run_meta(run_dir).run_id}: {path} {path.with_name('matrix.html')}")
     if (args.reports / "index.json").exists():
         print(f"index: {write_store_index(args.reports)}")
     return 0
 
 
-def _store_option(p: argparse.ArgumentParser) -> None:
-    # Also accepted after the subcommand, where `nox -s report -- ...` puts it.
-    p.add_argument("--reports", type=Path, default=argparse.SUPPRESS, help="results store (default: reports/)")
-
-
 def cmd_publish(args: argparse.Namespace) -> int:
-    from harness.report_html import write_site
+    from harness.report.html import write_site
 
     site = args.site or args.reports / "site"
     index = write_site(args.reports, site)
@@ -87,24 +83,131 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from harness.gate import GateRequest, run_gate
-    from harness.gate_compare import Settings
+    from harness.gate.compare import Settings
+    from harness.gate.main import GateRequest, run_gate
 
     settings = Settings(args.latency_threshold, args.alpha, args.parity_factor)
     return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
                                 args.provider, settings, args.remeasure))
 
 
-def _gate_parser(sub: argparse._SubParsersAction) -> None:
-    from harness.gate_compare import DEFAULT_PARITY_FACTOR
-    from harness.stats import DEFAULT_ALPHA, DEFAULT_RATIO
+def cmd_images(args: argparse.Namespace) -> int:
+    """Build the image of every environment the (filtered) plan needs; existing tags are kept."""
+    from rich.console import Console
+
+    from harness.envs.docker.provider import DockerProvider
+    from harness.envs.provider import EnvironmentBuildError
+    from harness.pipeline import MatrixRequest, plan_for
+
+    plan = plan_for(MatrixRequest(args.config, only=args.only))
+    provider = DockerProvider(log=Console(stderr=True).print)
+    built = failed = 0
+    for env_plan in plan.environments:
+        spec = env_plan.env
+        if why := provider.skip_reason(spec):
+            print(f"skip {spec.name}: {why}")
+            continue
+        try:
+            marker = provider.ensure(spec)
+        except EnvironmentBuildError as exc:
+            print(f"error: {spec.name}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        built += not marker.reused
+        print(f"{spec.name}: {marker.extra['image']}" + ("" if marker.reused else
+                                                         f" (built in {marker.install_s} s)"))
+    if not built and not failed:
+        print("up to date")
+    return 1 if failed else 0
+
+
+def cmd_base_image(args: argparse.Namespace) -> int:
+    """Bootstrap the local Debian base image (debootstrap + docker import) unless it exists."""
+    import time
+
+    from harness.envs.docker.base import LOCAL_BASE, bootstrap_base
+    from harness.envs.docker.provider import DockerUnavailable, docker_client
+
+    try:
+        client = docker_client()
+    except DockerUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    bootstrap_base(client, args.name or LOCAL_BASE, mirror=args.mirror, force=args.force)
+    print(f"base image ready in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from harness.checks.bench import run_bench
+
+    return run_bench(args.config, args.only, args.reports)
+
+
+def cmd_gpu_check(args: argparse.Namespace) -> int:
+    from harness.checks.gpu import run_gpu_check
+
+    return run_gpu_check(args.config, args.output)
+
+
+def _config(p: argparse.ArgumentParser, default: Path = DEFAULT_CONFIG, only: bool = True) -> None:
+    p.add_argument("--config", type=Path, default=default, help=f"matrix file (default: {default.name})")
+    if only:
+        p.add_argument("--only", default=None,
+                       help="filter cells, e.g. torch=2.13.0,exporter=dynamo|torchscript")
+
+
+def _store_option(p: argparse.ArgumentParser) -> None:
+    # Also accepted after the subcommand, where `nox -s report -- ...` puts it.
+    p.add_argument("--reports", type=Path, default=argparse.SUPPRESS, help="results store (default: reports/)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.checks import bench, gpu
+    from harness.gate.compare import DEFAULT_PARITY_FACTOR
+    from harness.gate.stats import DEFAULT_ALPHA, DEFAULT_RATIO
+
+    parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=Path, default=REPORTS, help="results store (default: reports/)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("matrix", help="run a matrix")
+    _config(p)
+    p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
+    p.add_argument("--provider", choices=PROVIDERS, default="venv")
+    p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
+    p.add_argument("--shard", default=None, help="run shard K of N (K/N): whole export groups, dealt round-robin")
+    _store_option(p)
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("merge", help="merge finished shard runs into one run")
+    p.add_argument("runs", nargs="+", type=Path, help="shard run directories")
+    p.add_argument("--output", type=Path, required=True, help="directory of the merged run (must not exist)")
+    _store_option(p)
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("plan", help="print environments and cells without running them")
+    _config(p)
+    p.add_argument("--shard", default=None, help="only shard K of N (K/N)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("report", help="re-render reports from stored results")
+    p.add_argument("runs", nargs="*", help="run ids or directories (default: latest)")
+    _store_option(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("publish", help="write a static site of every run (GitHub Pages ready)")
+    p.add_argument("--site", type=Path, default=None, help="output folder (default: reports/site)")
+    _store_option(p)
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("gate", help="compare a candidate torch against a baseline; exit 1 on regression")
     p.add_argument("--baseline", required=True, help="torch version, run id/directory, or RUN@VERSION")
     p.add_argument("--candidate", required=True, help="torch version, run id/directory, or RUN@VERSION")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="matrix file (default: matrix.yaml)")
+    _config(p, only=False)
     p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
-    p.add_argument("--provider", choices=["venv", "docker"], default="venv")
+    p.add_argument("--provider", choices=PROVIDERS, default="venv")
     p.add_argument("--latency-threshold", type=float, default=DEFAULT_RATIO,
                    help=f"median ratio above which a significant slowdown counts (default {DEFAULT_RATIO})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
@@ -117,6 +220,27 @@ def _gate_parser(sub: argparse._SubParsersAction) -> None:
                         "0: count the first measurement)")
     _store_option(p)
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("images", help="build the Docker images a matrix needs")
+    _config(p)
+    p.set_defaults(func=cmd_images)
+
+    p = sub.add_parser("base-image", help="bootstrap the local base image for offline builds")
+    p.add_argument("--name", default=None, help="image name (default: the one builds fall back to)")
+    p.add_argument("--mirror", default=None, help="Debian mirror (default: the one apt uses)")
+    p.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    p.set_defaults(func=cmd_base_image)
+
+    p = sub.add_parser("bench", help="benchmark the tool itself (environment reuse, throughput, timing floor)")
+    _config(p, default=bench.BENCH_MATRIX)
+    p.set_defaults(func=cmd_bench, only="torch=2.13.0")
+    _store_option(p)
+
+    p = sub.add_parser("gpu-check", help="run the probes on the GPU runtimes and print one line per cell")
+    _config(p, default=gpu.GPU_MATRIX, only=False)
+    p.add_argument("--output", type=Path, default=None, help="run directory (default: a temporary one)")
+    p.set_defaults(func=cmd_gpu_check)
+    return parser
 
 
 def _resolve_paths(args: argparse.Namespace) -> None:
@@ -134,33 +258,7 @@ def _resolve_paths(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness", description=__doc__)
-    parser.add_argument("--reports", type=Path, default=REPORTS, help="results store (default: reports/)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("matrix", help="run a matrix")
-    _common(p)
-    p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
-    p.add_argument("--provider", choices=["venv", "docker"], default="venv")
-    p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
-    p.add_argument("--shard", default=None, help="run shard K of N (K/N): whole export groups, dealt round-robin")
-    p.set_defaults(func=cmd_matrix)
-    p = sub.add_parser("merge", help="merge finished shard runs into one run")
-    p.add_argument("runs", nargs="+", type=Path, help="shard run directories")
-    p.add_argument("--output", type=Path, required=True, help="directory of the merged run (must not exist)")
-    p.set_defaults(func=cmd_merge)
-    p = sub.add_parser("plan", help="print environments and cells without running them")
-    _common(p)
-    p.set_defaults(func=cmd_plan)
-    p = sub.add_parser("report", help="re-render reports from stored results")
-    p.add_argument("runs", nargs="*", help="run ids or directories (default: latest)")
-    _store_option(p)
-    p.set_defaults(func=cmd_report)
-    p = sub.add_parser("publish", help="write a static site of every run (GitHub Pages ready)")
-    p.add_argument("--site", type=Path, default=None, help="output folder (default: reports/site)")
-    _store_option(p)
-    p.set_defaults(func=cmd_publish)
-    _gate_parser(sub)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     _resolve_paths(args)
     try:
         return args.func(args)

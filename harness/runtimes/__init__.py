@@ -10,7 +10,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class RuntimeInfo:
     name: str
-    runner: str          # "module:Class", imported only inside a worker
+    adapter: str         # "module:Class", imported only inside a worker
     package: str         # pip distribution that provides it
     default_version: str
     family: str          # runtimes of one family share an environment
@@ -19,18 +19,18 @@ class RuntimeInfo:
 
 
 RUNTIMES: dict[str, RuntimeInfo] = {
-    "ort-cpu": RuntimeInfo("ort-cpu", "harness.runtimes.ort_cpu:OrtCpuRunner",
+    "ort-cpu": RuntimeInfo("ort-cpu", "harness.runtimes.ort_cpu:OrtCpuAdapter",
                            "onnxruntime", "1.32.0", family="cpu"),
     # OpenVINO's wheel bundles its CPU plugin and needs only numpy: it shares the CPU env.
-    "openvino": RuntimeInfo("openvino", "harness.runtimes.openvino:OpenVinoRunner",
+    "openvino": RuntimeInfo("openvino", "harness.runtimes.openvino:OpenVinoAdapter",
                             "openvino", "2026.4.1", family="cpu"),
     # onnxruntime-gpu 1.31 and torch 2.13 (PyPI) are both CUDA 13 builds: the nvidia-* wheels that
     # torch installs are the CUDA/cuDNN libraries ORT preloads, so no extra CUDA packages here.
     # Its import name clashes with onnxruntime, hence a family of its own.
-    "ort-cuda": RuntimeInfo("ort-cuda", "harness.runtimes.ort_cuda:OrtCudaRunner",
+    "ort-cuda": RuntimeInfo("ort-cuda", "harness.runtimes.ort_cuda:OrtCudaAdapter",
                             "onnxruntime-gpu", "1.31.1", family="gpu", needs_gpu=True),
     # The tensorrt meta package pulls tensorrt-cu13 (libs + bindings), matching torch's CUDA 13.
-    "tensorrt": RuntimeInfo("tensorrt", "harness.runtimes.tensorrt:TensorRTRunner",
+    "tensorrt": RuntimeInfo("tensorrt", "harness.runtimes.tensorrt:TensorRTAdapter",
                             "tensorrt", "11.4.0.106", family="gpu", needs_gpu=True),
 }
 
@@ -42,8 +42,8 @@ def runtime_info(name: str) -> RuntimeInfo:
         raise KeyError(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}") from None
 
 
-def load_runner(name: str):
-    module, cls = runtime_info(name).runner.split(":")
+def load_adapter(name: str):
+    module, cls = runtime_info(name).adapter.split(":")
     return getattr(importlib.import_module(module), cls)
 
 

@@ -1,4 +1,4 @@
-"""The runner interface every runtime implements (activate / infer / deactivate).
+"""The adapter interface every runtime implements (prepare / activate / infer / deactivate).
 
 Public methods guard state and call ``*_impl``; vendor libraries are imported inside the
 implementations so that an environment without one runtime still runs the others.
@@ -16,7 +16,7 @@ class RuntimeUnavailable(Exception):
     """The runtime cannot run here (package missing, no device, no driver): a skip, not a failure."""
 
 
-class Runner(abc.ABC):
+class RuntimeAdapter(abc.ABC):
     name: str = "runner"
 
     def __init__(self, model_path: Path, threads: int | None = None, precision: str = "fp32",
@@ -39,7 +39,12 @@ class Runner(abc.ABC):
         return None
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def activate(self) -> "Runner":
+    def prepare(self, shapes: list[dict[str, tuple[int, ...]]]) -> None:
+        """Called before ``activate`` with every input shape the cell will run (example shape
+        first). Runtimes that build for given shapes (TensorRT's optimisation profile) keep them;
+        the default ignores them."""
+
+    def activate(self) -> "RuntimeAdapter":
         if self.is_active:
             raise RuntimeError(f"{self.name} runner is already active")
         reason = self.unavailable_reason()
@@ -66,7 +71,7 @@ class Runner(abc.ABC):
     def input_names(self) -> list[str]:
         return self.input_names_impl()
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> "RuntimeAdapter":
         return self.activate()
 
     def __exit__(self, *exc: object) -> None:

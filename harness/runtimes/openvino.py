@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.runtimes.base import Runner
+from harness.runtimes.base import RuntimeAdapter
 
 # matrix precision -> OpenVINO INFERENCE_PRECISION_HINT value
 PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
@@ -70,7 +70,7 @@ def reported_precision(value: Any) -> str:
     return _REPORTED.get(str(name).lower(), str(name))
 
 
-class OpenVinoRunner(Runner):
+class OpenVinoAdapter(RuntimeAdapter):
     name = "openvino"
     device = "CPU"
 

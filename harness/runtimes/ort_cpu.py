@@ -5,10 +5,10 @@ import importlib.util
 
 import numpy as np
 
-from harness.runtimes.base import Runner, RuntimeUnavailable
+from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
 
 
-class OrtCpuRunner(Runner):
+class OrtCpuAdapter(RuntimeAdapter):
     name = "ort-cpu"
     providers = ["CPUExecutionProvider"]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.runtimes import gpu_unavailable_reason
-from harness.runtimes.base import Runner, RuntimeUnavailable
+from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
 
 CUDA_EP = "CUDAExecutionProvider"
 
@@ -40,7 +40,7 @@ def preload_cuda_libraries() -> None:
         preload()
 
 
-class OrtCudaRunner(Runner):
+class OrtCudaAdapter(RuntimeAdapter):
     name = "ort-cuda"
     provider = CUDA_EP
     package = "onnxruntime-gpu"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from harness.runtimes import gpu_unavailable_reason
-from harness.runtimes.base import Runner, RuntimeUnavailable
+from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
 
 Shape = tuple[int, ...]
 Profile = dict[str, tuple[Shape, Shape, Shape]]   # input name -> (min, opt, max)
@@ -103,7 +103,7 @@ def _call(obj: Any, attr: str) -> Any:
     return value() if callable(value) else value
 
 
-class TensorRTRunner(Runner):
+class TensorRTAdapter(RuntimeAdapter):
     name = "tensorrt"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

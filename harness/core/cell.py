@@ -1,0 +1,128 @@
+"""A cell's identity: export options, the cell key, the cell id, and case references.
+
+One definition each, used by the plan, the worker, records, reports, the gate and shards:
+- ``ExportOptions``: the export switches a cell varies (its id suffix and its label);
+- ``CellKey``: (case, exporter, opset, runtime, options), what a cell is across torch versions;
+- ``CellKey.cell_id(torch)``: the file-system-safe id of one cell of one run;
+- ``CaseRef``: the ``file.py:function`` / ``package.module:function`` reference syntax.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+EXPORTERS = ("torchscript", "dynamo")
+PRECISIONS = ("fp32", "fp16", "bf16")
+# Every axis a rule (include, exclude, xfail, --only) may name.
+AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision")
+
+
+def safe_name(text: str, keep: str = "_.@-") -> str:
+    """``text`` with every run of characters outside [A-Za-z0-9] and ``keep`` replaced by '_'."""
+    return re.sub(rf"[^A-Za-z0-9{re.escape(keep)}]+", "_", text)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The export switches of a cell; defaults are what ``torch.onnx.export`` does by default."""
+
+    dynamic: bool = True
+    constant_folding: bool = True
+    precision: str = "fp32"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "ExportOptions":
+        data = data or {}
+        return cls(dynamic=data.get("dynamic") is not False,
+                   constant_folding=data.get("constant_folding") is not False,
+                   precision=str(data.get("precision") or "fp32"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"constant_folding": self.constant_folding, "dynamic": self.dynamic,
+                "precision": self.precision}
+
+    def _parts(self) -> list[str]:
+        return [p for p, on in (("static", not self.dynamic), ("nofold", not self.constant_folding),
+                                (self.precision, self.precision != "fp32")) if on]
+
+    @property
+    def suffix(self) -> str:
+        """Id suffix for non-default options: '-static-nofold-fp16' ('' for defaults)."""
+        return "".join(f"-{p}" for p in self._parts())
+
+    @property
+    def label(self) -> str:
+        """Short label for non-default options: 'static,nofold,fp16' ('' for defaults)."""
+        return ",".join(self._parts())
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """What a cell is, independent of the torch version it ran on: the unit the gate compares
+    and the report pivots (``case, exporter, opset, runtime, options``)."""
+
+    case: str
+    exporter: str
+    opset: int
+    runtime: str          # label: 'ort-cpu' or 'openvino@2026.3.1'
+    options: ExportOptions = ExportOptions()
+
+    def cell_id(self, torch: str) -> str:
+        """The id of this cell on one torch version, safe as a file name."""
+        return safe_name(f"torch{torch}-{self.case}-{self.exporter}-op{self.opset}"
+                         f"{self.options.suffix}-{self.runtime}")
+
+    def as_tuple(self) -> tuple[str, str, int, str, str]:
+        """A sortable, hashable form with the options as their label."""
+        return (self.case, self.exporter, self.opset, self.runtime, self.options.label)
+
+    @property
+    def name(self) -> str:
+        label = self.options.label
+        return (f"{self.case} · {self.exporter} · op{self.opset} · {self.runtime}"
+                + (f" · {label}" if label else ""))
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        """The axis values rules match against (torch excluded)."""
+        return {"exporter": self.exporter, "opset": self.opset, "runtime": self.runtime,
+                "case": self.case, **self.options.to_dict()}
+
+
+# Column names of a cell's identity in tables (the report's frames): torch plus the key's fields.
+KEY_FIELDS = tuple(f.name for f in fields(CellKey))
+CELL_COLUMNS = ("torch", *KEY_FIELDS)
+
+
+@dataclass(frozen=True)
+class CaseRef:
+    """A case reference: ``path/to/file.py:function`` or ``package.module:function``.
+
+    Built-in probe names are mapped to such references by ``harness.probes.PROBES`` first.
+    """
+
+    target: str      # a .py file path or an importable module name
+    function: str
+
+    @classmethod
+    def parse(cls, ref: str) -> "CaseRef":
+        target, sep, function = ref.rpartition(":")
+        if not sep or not target or not function.isidentifier():
+            raise ValueError(f"case {ref!r} is neither a built-in probe nor 'file.py:function' / "
+                             "'module:function'")
+        return cls(target, function)
+
+    @classmethod
+    def try_parse(cls, ref: str) -> "CaseRef | None":
+        try:
+            return cls.parse(ref)
+        except ValueError:
+            return None
+
+    @property
+    def is_file(self) -> bool:
+        return self.target.endswith(".py")
+
+    def __str__(self) -> str:
+        return f"{self.target}:{self.function}"

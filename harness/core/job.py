@@ -1,0 +1,139 @@
+"""What the runner hands a worker: a ``Job`` of ``ExportGroup``s of ``CellJob``s, and the
+``LatencyProtocol`` they are timed with. JSON round-trip (the job file, a bundle's cell.json).
+
+An export group is one export (case, exporter, opset, options) shared by every runtime cell of
+one environment. Standard library only: the worker imports this inside every environment.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from harness.core.cell import CellKey, ExportOptions
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class LatencyProtocol:
+    """How a passing cell is timed (matrix.yaml's ``latency``; DESIGN.md "Measurement")."""
+
+    enabled: bool = True
+    warmup_runs: int = 10
+    warmup_s: float = 0.2
+    min_runs: int = 200
+    min_time_s: float = 1.0
+    max_time_s: float = 30.0
+    unstable_cv: float = 0.05
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_runs", "warmup_s", "min_time_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.min_runs < 1:
+            raise ValueError("min_runs must be >= 1")
+        if self.max_time_s <= 0 or self.unstable_cv <= 0:
+            raise ValueError("max_time_s and unstable_cv must be > 0")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "LatencyProtocol":
+        return cls(**_known(cls, data or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# pydantic validates this dataclass where matrix.yaml embeds it; unknown keys are errors there.
+LatencyProtocol.__pydantic_config__ = {"extra": "forbid"}  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """One runtime cell of an export group."""
+
+    cell_id: str
+    runtime: str                 # label: 'ort-cpu' or 'ort-cpu@1.20.1'
+    runtime_name: str            # registry name: 'ort-cpu'
+    runtime_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CellJob":
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class ExportGroup:
+    """One export of a case, and the runtime cells that load the exported file."""
+
+    gid: str
+    case: str
+    case_ref: str
+    exporter: str
+    opset: int
+    options: ExportOptions = ExportOptions()
+    atol: float | None = None
+    rtol: float | None = None
+    cells: tuple[CellJob, ...] = ()
+
+    def key(self, cell: CellJob) -> CellKey:
+        return CellKey(self.case, self.exporter, int(self.opset), cell.runtime, self.options)
+
+    def only(self, cell_id: str) -> "ExportGroup":
+        """The same group restricted to one cell (a bundle reproduces one cell)."""
+        return ExportGroup(**{**self.__dict__, "cells": tuple(c for c in self.cells if c.cell_id == cell_id)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "options": self.options.to_dict(), "cells": [asdict(c) for c in self.cells]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ExportGroup":
+        known = _known(cls, data)
+        known["options"] = ExportOptions.from_dict(data.get("options"))
+        known["cells"] = tuple(CellJob.from_dict(c) for c in data.get("cells", []))
+        known["opset"] = int(known["opset"])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A worker's whole input: where to write, how to time, and the export groups to run."""
+
+    run_id: str
+    run_dir: str
+    env: str
+    groups: tuple[ExportGroup, ...]
+    base_dir: str = "."           # folder relative case files are resolved against
+    threads: int = 1
+    latency: LatencyProtocol = LatencyProtocol()
+    bundles: bool = True          # write a bundle for every failing cell
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "latency": self.latency.to_dict(), "groups": [g.to_dict() for g in self.groups]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        known = _known(cls, data)
+        known["groups"] = tuple(ExportGroup.from_dict(g) for g in data.get("groups", []))
+        known["latency"] = LatencyProtocol.from_dict(data.get("latency"))
+        return cls(**known)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def read(cls, path: Path) -> "Job":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def write(self, path: Path) -> Path:
+        Path(path).write_text(self.to_json())
+        return Path(path)
+
+    def replace(self, **changes: Any) -> "Job":
+        return Job(**{**self.__dict__, **changes})

@@ -1,0 +1,55 @@
+"""Status and stage: the two words every record, report and gate decision is made of."""
+from __future__ import annotations
+
+import enum
+
+
+class Status(str, enum.Enum):
+    """A cell's verdict. A ``str`` enum: it serialises as its value and compares equal to it."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    XFAIL = "xfail"
+    XPASS = "xpass"
+    SKIP = "skip"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_failure(self) -> bool:
+        """The cell did not work: it failed a stage, or its worker crashed or hung."""
+        return self in (Status.FAIL, Status.CRASH, Status.TIMEOUT)
+
+    @property
+    def passed(self) -> bool:
+        """The cell worked (also when it was listed as a known failure)."""
+        return self in (Status.PASS, Status.XPASS)
+
+    @property
+    def attempted(self) -> bool:
+        """The cell ran far enough to count in a pass rate (a skip is not an attempt)."""
+        return self is not Status.SKIP
+
+    @property
+    def worker_died(self) -> bool:
+        return self in (Status.CRASH, Status.TIMEOUT)
+
+
+class Stage(str, enum.Enum):
+    """The stages of a cell, in order; a failed cell names the first one that failed."""
+
+    EXPORT = "export"
+    CHECK = "check"
+    LOAD = "load"
+    RUN = "run"
+    PARITY = "parity"
+    LATENCY = "latency"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STAGES = tuple(s.value for s in Stage)

@@ -1,0 +1,58 @@
+"""The ``Provider`` protocol: how an ``EnvSpec`` becomes a place a worker runs in.
+
+Two providers implement it: ``VenvProvider`` (uv virtualenvs, the default) and
+``DockerProvider`` (one image per environment). The runner talks to either only through this.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from harness.core.env import EnvMarker, EnvSpec
+from harness.core.paths import PROJECT_ROOT
+
+PROVIDERS = ("venv", "docker")
+
+
+class EnvironmentBuildError(RuntimeError):
+    """An environment could not be created or installed."""
+
+
+class Provider(Protocol):
+    name: str
+
+    def skip_reason(self, spec: EnvSpec) -> str | None:
+        """Why ``spec`` cannot run here (a skip, not a failure), or None."""
+
+    def ensure(self, spec: EnvSpec) -> EnvMarker:
+        """Realise the environment unless it already is; raise EnvironmentBuildError on failure."""
+
+    def worker_command(self, spec: EnvSpec) -> list[str]:
+        """The command that starts a worker in the realised environment."""
+
+    def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:
+        """The process environment of that command."""
+
+
+def harness_process_env(threads: int) -> dict[str, str]:
+    """This process's environment with the checkout on PYTHONPATH: the worker (or the process
+    driving its container) imports the harness from here, it is never installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    return env
+
+
+def uv_bin() -> str:
+    """The uv executable both providers install with (the project depends on uv)."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    candidate = Path(sys.executable).parent / "uv"
+    if candidate.exists():
+        return str(candidate)
+    raise EnvironmentBuildError("uv is not installed: pip install uv (the project depends on it)")

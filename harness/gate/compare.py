@@ -1,0 +1,177 @@
+"""Verdict per cell (case, exporter, opset, runtime, options) between baseline and candidate.
+
+Classes follow asv compare: a new failure, a parity drift beyond the case's budget or a slower
+median that is also statistically significant is a regression (blocks); fixed, faster, known
+failure (xfail), known failure now passing (xpass), still failing, not comparable and unchanged
+are reported but never block.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from harness.core.cell import CellKey
+from harness.core.record import Record
+from harness.core.status import Status
+from harness.gate.sources import Side
+from harness.run.annotate import Annotator
+from harness.store.provenance import same_code
+from harness.gate.stats import DEFAULT_ALPHA, DEFAULT_RATIO, LatencyChange, compare_latency
+
+# A candidate may use this share of the case's atol more than the baseline did before it counts.
+DEFAULT_PARITY_FACTOR = 0.5
+
+
+class Verdict(str, enum.Enum):
+    NEW_FAILURE = "new failure"
+    PARITY_DRIFT = "parity drift"
+    SLOWER = "slower"
+    FIXED = "fixed"
+    FASTER = "faster"
+    XFAIL = "known failure"
+    XPASS = "known failure now passing"
+    STILL_FAILING = "still failing"
+    NOT_COMPARABLE = "not comparable"
+    UNCHANGED = "unchanged"
+
+    @property
+    def blocking(self) -> bool:
+        return self in (Verdict.NEW_FAILURE, Verdict.PARITY_DRIFT, Verdict.SLOWER)
+
+    @property
+    def mark(self) -> str:
+        """asv compare's change column: ! failed, + worse, - better, x not comparable."""
+        return {Verdict.NEW_FAILURE: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
+                Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
+                Verdict.XPASS: "?"}.get(self, " ")
+
+
+@dataclass(frozen=True)
+class Settings:
+    latency_threshold: float = DEFAULT_RATIO
+    alpha: float = DEFAULT_ALPHA
+    parity_factor: float = DEFAULT_PARITY_FACTOR
+
+
+@dataclass
+class CellComparison:
+    key: CellKey
+    verdict: Verdict
+    base: Record | None
+    cand: Record | None
+    detail: str = ""
+    latency: LatencyChange | None = None
+    remeasured: bool = False
+    notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    def to_dict(self) -> dict[str, Any]:
+        k, lat = self.key, self.latency
+        return {
+            "case": k.case, "exporter": k.exporter, "opset": k.opset, "runtime": k.runtime,
+            "options": k.options.label,
+            "verdict": self.verdict.value, "blocking": self.verdict.blocking, "detail": self.detail,
+            "baseline": _side_dict(self.base), "candidate": _side_dict(self.cand),
+            "latency": None if lat is None else {"ratio": lat.ratio, "p_value": lat.p_value,
+                                                 "base_median": lat.base_median,
+                                                 "cand_median": lat.cand_median},
+            "remeasured": self.remeasured, "notes": self.notes,
+        }
+
+
+def _side_dict(rec: Record | None) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    return {"run_id": rec.run_id, "cell_id": rec.cell_id, "torch": rec.torch,
+            "status": rec.status.value, "stage": rec.stage, "error": rec.error, "reason": rec.reason,
+            "max_abs": rec.parity.max_abs, "atol": rec.parity.atol,
+            "latency_median_ms": rec.latency_ms.median}
+
+
+def reannotate(rec: Record, annotate: Annotator) -> Record:
+    """Apply the gate config's known failures, not the ones in force when the run was made."""
+    raw = {Status.XFAIL: Status.FAIL, Status.XPASS: Status.PASS}
+    rec = replace(rec, status=raw.get(rec.status, rec.status),
+                  reason=None if rec.status in raw else rec.reason)
+    return annotate(rec)
+
+
+def compare_statuses(base: Record, cand: Record) -> tuple[Verdict, str] | None:
+    """The verdict decided by statuses alone, or None when both passed."""
+    where = lambda r: f"{r.status} at {r.stage}" if r.stage else r.status  # noqa: E731
+    if Status.SKIP in (base.status, cand.status):
+        side = "baseline" if base.status is Status.SKIP else "candidate"
+        rec = base if side == "baseline" else cand
+        return Verdict.NOT_COMPARABLE, f"skipped on {side}: {rec.reason or rec.error or ''}".strip()
+    if cand.status is Status.XPASS:
+        return Verdict.XPASS, cand.reason or ""
+    if cand.status is Status.XFAIL:
+        return Verdict.XFAIL, cand.reason or ""
+    base_bad = base.status.is_failure or base.status is Status.XFAIL
+    if base_bad and cand.status.is_failure:
+        stages = f"{base.stage} → {cand.stage}" if base.stage != cand.stage else str(cand.stage)
+        return Verdict.STILL_FAILING, stages
+    if base_bad:
+        return Verdict.FIXED, f"was {where(base)}"
+    if cand.status.is_failure:
+        return Verdict.NEW_FAILURE, f"{where(cand)}: {cand.error or ''}".strip()
+    return None
+
+
+def compare_parity(base: Record, cand: Record, factor: float) -> str | None:
+    """Why the candidate's worst error drifted beyond its budget, or None."""
+    b, c = base.parity.max_abs, cand.parity.max_abs
+    atol = cand.parity.atol or base.parity.atol
+    if b is None or c is None or not atol:
+        return None
+    budget = factor * atol
+    if c - b > budget:
+        return f"max_abs {b:.3g} → {c:.3g} (+{c - b:.3g} > {factor:g}×atol = {budget:.3g})"
+    return None
+
+
+def compare_timing(base: Record, cand: Record, settings: Settings) -> LatencyChange | None:
+    bs, cs = base.latency_ms.samples, cand.latency_ms.samples
+    if not bs or not cs or base.latency_ms.threads != cand.latency_ms.threads:
+        return None
+    return compare_latency(bs, cs, settings.latency_threshold, settings.alpha)
+
+
+def compare_cell(key: CellKey, base: Record | None, cand: Record | None, settings: Settings,
+                 code_match: bool | None) -> CellComparison:
+    if base is None or cand is None:
+        where = "baseline" if base is None else "candidate"
+        return CellComparison(key, Verdict.NOT_COMPARABLE, base, cand, f"no result on {where}")
+    if code_match is False:
+        return CellComparison(key, Verdict.NOT_COMPARABLE, base, cand,
+                              "case source or harness code differs between the two runs")
+    decided = compare_statuses(base, cand)
+    if decided is not None:
+        return CellComparison(key, decided[0], base, cand, decided[1])
+    drift = compare_parity(base, cand, settings.parity_factor)
+    lat = compare_timing(base, cand, settings)
+    if drift:
+        return CellComparison(key, Verdict.PARITY_DRIFT, base, cand, drift, lat)
+    if lat is not None and lat.significant:
+        verdict = Verdict.SLOWER if lat.slower else Verdict.FASTER
+        return CellComparison(key, verdict, base, cand, f"median ×{lat.ratio:.2f} (p={lat.p_value:.2g})",
+                              lat)
+    return CellComparison(key, Verdict.UNCHANGED, base, cand, "", lat)
+
+
+def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Settings) -> list[CellComparison]:
+    """One comparison per cell key present on either side, in a stable order."""
+    by_base = {r.key: reannotate(r, annotate) for r in base.records}
+    by_cand = {r.key: reannotate(r, annotate) for r in cand.records}
+    out = []
+    for key in sorted(set(by_base) | set(by_cand), key=lambda k: tuple(map(str, k.as_tuple()))):
+        b, c = by_base.get(key), by_cand.get(key)
+        match = None
+        if b is not None and c is not None:
+            match = same_code(base.fingerprints.get(b.run_id), cand.fingerprints.get(c.run_id), key.case)
+        out.append(compare_cell(key, b, c, settings, match))
+    return out

@@ -1,0 +1,124 @@
+"""Gate reports: markdown (PR comment / step summary), JUnit XML (CI test view), JSON (machines)."""
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from harness.gate.compare import CellComparison, Settings, Verdict
+from harness.gate.sources import Side
+
+# Sections in the order a reviewer needs them; unchanged cells are only counted.
+SECTIONS = [
+    (Verdict.NEW_FAILURE, "New failures"), (Verdict.PARITY_DRIFT, "Parity drift"),
+    (Verdict.SLOWER, "Slower"), (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
+    (Verdict.XPASS, "Known failures now passing: remove their `xfail` entries"),
+    (Verdict.XFAIL, "Known failures (`xfail`, not blocking)"),
+    (Verdict.NOT_COMPARABLE, "Not comparable"), (Verdict.STILL_FAILING, "Still failing"),
+]
+
+
+def _state(rec: Any, median: float | None = None) -> str:
+    """Status and median; ``median`` overrides the record's when the verdict rests on re-measured samples."""
+    if rec is None:
+        return "—"
+    median = median if median is not None else rec.latency_ms.median
+    if rec.status.passed and median is not None:
+        return f"{rec.status} {median:.3g} ms"
+    return f"{rec.status} ({rec.stage})" if rec.stage else rec.status
+
+
+def _cell(text: str, limit: int = 140) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_markdown(base: Side, cand: Side, cells: list[CellComparison], settings: Settings) -> str:
+    regressions = [c for c in cells if c.verdict.blocking]
+    counts = {v: sum(1 for c in cells if c.verdict is v) for v in Verdict}
+    head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
+            else "✅ no regression")
+    lines = [f"## Upgrade gate: torch {base.torch} → {cand.torch}: {head}", ""]
+    lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
+    cleared = [(None, "Flagged slower, cleared by re-measurement")]
+    for verdict, title in SECTIONS + cleared:
+        chosen = [c for c in cells if c.verdict is verdict or
+                  (verdict is None and c.remeasured and c.verdict is Verdict.UNCHANGED)]
+        if not chosen:
+            continue
+        lines += ["", f"### {title}", "", "| change | cell | before | after | ratio | detail |",
+                  "|---|---|---|---|---|---|"]
+        for c in chosen:
+            ratio = f"{c.latency.ratio:.2f}" if c.latency else "n/a"
+            detail = c.detail + (" (re-measured)" if c.remeasured else "")
+            if c.notes:
+                detail += "; " + "; ".join(c.notes)
+            before = _state(c.base, c.latency.base_median if c.latency else None)
+            after = _state(c.cand, c.latency.cand_median if c.latency else None)
+            lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
+                         f"{_cell(after)} | {ratio} | {_cell(detail)} |")
+    lines += ["", f"Baseline `{base.label}` (runs {', '.join(base.runs) or 'none'}), candidate "
+              f"`{cand.label}` (runs {', '.join(cand.runs) or 'none'}). Latency counts when the median "
+              f"ratio > {settings.latency_threshold:g} and Mann–Whitney p < {settings.alpha:g}, confirmed "
+              f"by a re-measurement in fresh processes; parity drift when max_abs grows by more than "
+              f"{settings.parity_factor:g}×atol."]
+    unrecorded = sorted({run for s in (base, cand) for run, fp in s.fingerprints.items() if not fp})
+    if unrecorded:
+        lines += ["", f"Runs {', '.join(unrecorded)} did not record their case source and harness "
+                  "code: assumed unchanged."]
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
+    suite = ET.Element("testsuite", name=f"upgrade-gate torch {base.torch} -> {cand.torch}",
+                       tests=str(len(cells)),
+                       failures=str(sum(c.verdict.blocking for c in cells)),
+                       skipped=str(sum(c.verdict is Verdict.NOT_COMPARABLE for c in cells)))
+    for c in cells:
+        case, exporter, opset, runtime, label = c.key.as_tuple()
+        name = f"{exporter}-op{opset}-{runtime}" + (f"-{label}" if label else "")
+        tc = ET.SubElement(suite, "testcase", classname=f"gate.{case}", name=name)
+        message = f"{c.verdict.value}: {c.detail}".strip(": ")
+        if c.verdict.blocking:
+            failure = ET.SubElement(tc, "failure", message=message, type=c.verdict.value)
+            failure.text = "\n".join(filter(None, [message, c.cand.repro if c.cand else None]))
+        elif c.verdict is Verdict.NOT_COMPARABLE:
+            ET.SubElement(tc, "skipped", message=message)
+        elif c.verdict is not Verdict.UNCHANGED:
+            ET.SubElement(tc, "system-out").text = message
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: Settings,
+                exit_code: int, current: dict[str, Any]) -> str:
+    def side(s: Side) -> dict[str, Any]:
+        return {"ref": s.label, "torch": s.torch, "runs": s.runs, "executed": s.executed,
+                "fingerprints": s.fingerprints}
+
+    data = {
+        "schema": 1, "baseline": side(base), "candidate": side(cand),
+        "settings": {"latency_threshold": settings.latency_threshold, "alpha": settings.alpha,
+                     "parity_factor": settings.parity_factor},
+        "fingerprint": current, "exit_code": exit_code,
+        "counts": {v.value: sum(1 for c in cells if c.verdict is v) for v in Verdict},
+        "cells": [c.to_dict() for c in cells],
+    }
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def write_outputs(out: Path, base: Side, cand: Side, cells: list[CellComparison],
+                  settings: Settings, exit_code: int, current: dict[str, Any]) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    md = render_markdown(base, cand, cells, settings)
+    (out / "gate.md").write_text(md, encoding="utf-8")
+    (out / "junit.xml").write_text(render_junit(base, cand, cells), encoding="utf-8")
+    (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current),
+                                   encoding="utf-8")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(md)
+    return md

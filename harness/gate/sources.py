@@ -1,0 +1,133 @@
+"""Where the gate's two sides come from: a run (id or directory, optionally `@torch`) or a torch
+version, whose cells are taken from stored finished runs with the same code and run where missing.
+
+Stored results are reused only when the case source file and the harness version that produced
+them are the ones checked out now (the fingerprint), so a gate never compares different cases.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.record import Record
+from harness.matrix.config import Matrix, TorchSpec
+from harness.matrix.plan import Plan, build_plan
+from harness.matrix.rules import ConfigError
+from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint, same_code
+from harness.store.runs import list_runs, load_run, read_run_meta, resolve_run, write_json_atomic
+
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
+
+
+@dataclass
+class Side:
+    """One side of the comparison: its records (one torch version) and where they came from."""
+    label: str                 # what the user passed
+    torch: str
+    records: list[Record]
+    runs: list[str] = field(default_factory=list)            # run ids the records came from
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)   # run id → fingerprint
+    executed: list[str] = field(default_factory=list)        # runs the gate started for this side
+
+
+def with_torch(matrix: Matrix, version: str) -> Matrix:
+    """The matrix restricted to one torch version; a version it does not list gets default pins
+    (a bump removes the old version from matrix.yaml, yet it must still be the baseline)."""
+    spec = next((t for t in matrix.torch if t.version == version), None)
+    if spec is None:
+        try:
+            spec = TorchSpec(version=version)
+        except ValueError:
+            raise ConfigError(f"{version!r} is not a torch release such as '2.13.0'") from None
+    return matrix.model_copy(update={"torch": [spec]})
+
+
+def version_plan(matrix: Matrix, version: str) -> tuple[Matrix, Plan]:
+    restricted = with_torch(matrix, version)
+    return restricted, build_plan(restricted, {"torch": [version]})
+
+
+def is_version(ref: str) -> bool:
+    return bool(_VERSION.match(ref))
+
+
+def side_from_run(ref: str, reports: Path) -> Side:
+    """A run given by id or directory; `RUN@2.13.0` picks one torch version of a multi-version run."""
+    run_ref, _, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
+    run_dir = resolve_run(run_ref, reports)
+    meta, records = load_run(run_dir)
+    versions = sorted({r.torch for r in records})
+    if version:
+        if version not in versions:
+            raise ConfigError(f"run {meta.run_id} has no torch {version} (it has {versions})")
+    elif len(versions) != 1:
+        raise ConfigError(f"run {meta.run_id} holds torch {versions}: pick one as "
+                          f"'{run_ref}@{versions[-1] if versions else 'VERSION'}'")
+    else:
+        version = versions[0]
+    chosen = [r for r in records if r.torch == version]
+    return Side(ref, version, chosen, [meta.run_id], {meta.run_id: run_fingerprint(run_dir, meta) or {}})
+
+
+def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[list[Record], dict[str, dict]]:
+    """Newest finished result per planned cell among stored runs produced by the same code."""
+    wanted = {c.cell_id for c in plan.cells}
+    found: dict[str, Record] = {}
+    prints: dict[str, dict] = {}
+    for run_dir in reversed(list_runs(reports)):
+        meta = read_run_meta(run_dir)
+        fp = run_fingerprint(run_dir, meta)
+        if not meta.finished or not fp:
+            continue
+        _, records = load_run(run_dir)
+        for rec in records:
+            if rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case):
+                found[rec.cell_id] = rec
+                prints[rec.run_id] = fp
+    return list(found.values()), prints
+
+
+def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
+              provider: str, current: dict[str, Any]) -> Path:
+    """Run a (pruned) plan through the normal executor, then record the code that produced it."""
+    from harness.report import render_run
+    from harness.run.execute import execute
+
+    run_dir = execute(matrix, config_path, plan, output, reports, provider)
+    render_run(run_dir, reports)
+    write_json_atomic(Path(run_dir) / FINGERPRINT_FILE, current)
+    return Path(run_dir)
+
+
+def side_from_version(version: str, matrix: Matrix, config_path: Path, reports: Path,
+                      provider: str, current: dict[str, Any]) -> Side:
+    restricted, plan = version_plan(matrix, version)
+    if not plan.cells:
+        raise ConfigError(f"{config_path}: no cells for torch {version} (check exclude/include)")
+    records, prints = stored_records(plan, current, reports)
+    side = Side(version, version, records, sorted(prints), prints)
+    missing = {c.cell_id for c in plan.cells} - {r.cell_id for r in records}
+    if missing:
+        run_dir = run_cells(restricted, config_path, plan.restricted(missing), None, reports, provider, current)
+        meta, new = load_run(run_dir)
+        side.records += [r for r in new if r.cell_id in missing]
+        side.runs.append(meta.run_id)
+        side.fingerprints[meta.run_id] = current
+        side.executed.append(meta.run_id)
+    return side
+
+
+def run_side_or_none(ref: str, reports: Path) -> Side | None:
+    """The side for a run reference; None for a torch version; ConfigError for neither.
+
+    Called for both references before anything runs, so a typo never starts a long matrix run.
+    """
+    if "@" not in ref and is_version(ref) and not (Path(ref) / "run.json").exists():
+        return None
+    try:
+        return side_from_run(ref, reports)
+    except FileNotFoundError:
+        raise ConfigError(f"{ref!r} is neither a torch version (e.g. 2.13.0) nor a stored run "
+                          f"(id, directory or RUN@VERSION under {reports})") from None

@@ -1,0 +1,96 @@
+"""Which environment hosts a cell: companion pins per torch release and the ``EnvSpec`` of each
+(torch, runtime family). Planning only: nothing here installs anything."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from harness.core.env import EnvSpec
+from harness.runtimes import runtime_info
+
+if TYPE_CHECKING:
+    from harness.matrix.config import Matrix, RuntimeSpec, TorchSpec
+
+
+def companion_pins(torch_version: str) -> dict[str, str]:
+    """Default numpy / onnx / onnxscript / protobuf pins contemporary with a torch release.
+
+    torch <= 2.3 was built against numpy 1.x. The dynamo exporter translates through onnxscript's
+    torchlib, which moves with torch: a much newer onnxscript breaks an older torch (measured:
+    torch 2.6 + onnxscript 0.7 fails to translate BatchNorm), and onnxscript < 0.3 writes bools
+    into int attributes, which protobuf >= 6 rejects. Each row below was run on the probes.
+    """
+    v = Version(torch_version)
+    if v < Version("2.4"):
+        return {"numpy": "1.26.4", "onnx": "1.16.2", "onnxscript": "0.1.0", "protobuf": "4.25.8"}
+    if v < Version("2.9"):
+        return {"numpy": "2.2.6", "onnx": "1.17.0", "onnxscript": "0.2.7", "protobuf": "5.29.5"}
+    return {"numpy": "2.4.6", "onnx": "1.23.2", "onnxscript": "0.7.2"}
+
+
+def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -> EnvSpec:
+    """The environment that hosts runtime ``rt`` for ``torch_spec``.
+
+    Runtimes of one family at their default versions share an environment; a runtime pinned to
+    another version gets an environment of its own (two versions of a package cannot coexist).
+    """
+    info = runtime_info(rt.name)
+    if rt.version is None:
+        members = [r for r in matrix.runtimes
+                   if r.version is None and runtime_info(r.name).family == info.family]
+    else:
+        members = [rt]
+    pins = {**companion_pins(torch_spec.version),
+            **{k: v for k, v in (("numpy", torch_spec.numpy), ("onnx", torch_spec.onnx),
+                                 ("onnxscript", torch_spec.onnxscript),
+                                 ("protobuf", torch_spec.protobuf)) if v}}
+    packages = [f"torch=={torch_spec.version}"] + [_req(k, v) for k, v in sorted(pins.items())]
+    for r in members:
+        ri = runtime_info(r.name)
+        packages.append(f"{ri.package}=={r.version or ri.default_version}")
+        packages.extend(ri.extra_packages)
+    packages.extend(torch_spec.extras)
+    packages = list(dict.fromkeys(packages))
+    install = matrix.install
+    spec = EnvSpec(
+        name="", torch=torch_spec.version, python=torch_spec.python or install.python,
+        family=info.family, packages=packages, runtimes=[r.label for r in members],
+        needs_gpu=any(runtime_info(r.name).needs_gpu for r in members),
+        runtime_options={r.label: r.options for r in members},
+        find_links=[p for p in dict.fromkeys([*install.find_links,
+                                              *(pip_find_links() if install.use_pip_config and not info.needs_gpu else [])])
+                    if Path(p).exists()],
+        index_url=install.index_url, extra_index_urls=list(install.extra_index_urls),
+    )
+    suffix = "" if rt.version is None else f"-{rt.name}{rt.version}"
+    spec.name = f"torch{torch_spec.version}-{info.family}{suffix}-{spec.spec_hash[:8]}"
+    return spec
+
+
+def pip_find_links() -> list[str]:
+    """find-links folders from pip's own configuration (uv does not read it): wheels a machine
+    keeps on disk, such as a CPU build of torch, are then used before downloading."""
+    import configparser
+
+    files = [Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"),
+             Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" / "pip.conf"]
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    links: list[str] = []
+    for path in files:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError):
+            continue
+        for section in ("global", "install"):
+            links += parser.get(section, "find-links", fallback="").split()
+    links += os.environ.get("PIP_FIND_LINKS", "").split()
+    return [link for link in links if not link.startswith(("http://", "https://"))]
+
+
+def _req(name: str, value: str) -> str:
+    return f"{name}{value}" if value[0] in "<>=!~" else f"{name}=={value}"

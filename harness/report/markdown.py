@@ -1,0 +1,123 @@
+"""The markdown matrix (tabulate): one glyph per cell, a legend, failures by signature, changes."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.core.record import Record, count_by_status
+from harness.core.run import RunMeta
+from harness.core.status import Status
+from harness.report.aggregate import FAILED, records_frame, status_changes, torch_bumps, torch_sort_key
+
+S = Status
+GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",
+          S.XFAIL.value: "⚠️", S.XPASS.value: "❗", S.SKIP.value: "⏭️"}
+LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ timeout · ⚠️ known failure (xfail) · "
+          "❗ known failure now passing (xpass) · ⏭️ skip · `op18`: opset the file declares when it "
+          "differs from the one requested · ms: median latency")
+
+
+def cell_text(row: pd.Series) -> str:
+    text = GLYPHS.get(row["status"], row["status"])
+    if row["status"] in FAILED and row["stage"]:
+        text += f" {row['stage']}"
+    if row["status"] == Status.PASS and pd.notna(row["latency"]):
+        text += f" {row['latency']:.3g} ms"
+    actual = row["opset_actual"]
+    if pd.notna(actual) and int(actual) != int(row["opset"]):
+        text += f" `op{int(actual)}`"
+    return text
+
+
+def matrix_tables(df: pd.DataFrame) -> str:
+    out = []
+    torches = sorted(df["torch"].unique(), key=torch_sort_key)
+    for runtime, sub in df.groupby("runtime", sort=True):
+        sub = sub.assign(text=sub.apply(cell_text, axis=1),
+                         row_label=sub["opset"].map(lambda o: f"{o}") +
+                         sub["options"].map(lambda s: f" ({s})" if s else ""))
+        pivot = sub.pivot_table(index=["case", "exporter", "row_label"], columns="torch",
+                                values="text", aggfunc="first")
+        pivot = pivot.reindex(columns=[t for t in torches if t in pivot.columns]).fillna("")
+        table = [[c, e, o, *vals] for (c, e, o), vals in zip(pivot.index, pivot.values.tolist())]
+        headers = ["case", "exporter", "opset", *[f"torch {t}" for t in pivot.columns]]
+        out.append(f"### {runtime}\n\n" + tabulate(table, headers=headers, tablefmt="github"))
+    return "\n\n".join(out)
+
+
+def failures_table(df: pd.DataFrame) -> str:
+    bad = df[df["status"].isin(FAILED)]
+    if bad.empty:
+        return "No failures."
+    rows = []
+    for sig, grp in bad.groupby("signature", sort=False, dropna=False):
+        first = grp.iloc[0]
+        where = ", ".join(sorted({f"{r.case}/{r.exporter}/op{r.opset}" for r in grp.itertuples()}))
+        torches = ", ".join(sorted(grp["torch"].unique(), key=torch_sort_key))
+        rows.append([f"`{sig}`", _short(first["stage"], 10), _short(first["error"], 110),
+                     _short(first["hint"], 160), len(grp), torches, _short(where, 120)])
+    rows.sort(key=lambda r: -r[4])
+    return tabulate(rows, headers=["signature", "stage", "error", "hint", "cells", "torch", "where"],
+                    tablefmt="github")
+
+
+def _short(text: Any, n: int) -> str:
+    s = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
+    s = s.replace("|", "\\|").replace("\n", " ")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def changes_table(changes: pd.DataFrame) -> str:
+    """Changed cells grouped under one heading per torch version (or torch bump)."""
+    out = []
+    for torch, grp in changes.groupby("torch", sort=False):
+        rows = [[r.case, r.exporter, r.opset, r.runtime, r.options, _status(r.before, None),
+                 _status(r.after, r.stage), _short(r.error, 90)] for r in grp.itertuples()]
+        out.append(f"#### torch {torch}\n\n" + tabulate(
+            rows, headers=["case", "exporter", "opset", "runtime", "options", "before", "now", "error"],
+            tablefmt="github"))
+    return "\n\n".join(out)
+
+
+def _status(status: str, stage: Any) -> str:
+    text = f"{GLYPHS.get(status, '')} {status}"
+    return text + (f" ({stage})" if isinstance(stage, str) and stage else "")
+
+
+def changes_section(df: pd.DataFrame, previous: tuple[RunMeta, pd.DataFrame] | None) -> str:
+    head = "## Changes since the previous run\n\n"
+    if previous is None:
+        return head + "No earlier run in the store shares cells with this one.\n"
+    prev_meta, prev = previous
+    changes = status_changes(prev, df)
+    head += f"Compared with run `{prev_meta.run_id}` on the cells both ran.\n\n"
+    if changes.empty:
+        return head + "No cell changed status.\n"
+    return head + changes_table(changes) + "\n"
+
+
+def bumps_section(df: pd.DataFrame) -> str:
+    if df["torch"].nunique() < 2:
+        return ""
+    bumps = torch_bumps(df)
+    body = changes_table(bumps) if not bumps.empty else "No cell changes status between torch versions."
+    return f"## Changes between torch versions in this run\n\n{body}\n\n"
+
+
+def render_markdown(records: list[Record], meta: RunMeta | None = None,
+                    previous: tuple[dict[str, Any], pd.DataFrame] | None = None,
+                    plots: Iterable[str] = ()) -> str:
+    counts = {k: v for k, v in count_by_status(records).items() if v}
+    summary = " · ".join(f"{GLYPHS.get(k, '')} {k} {v}" for k, v in counts.items())
+    head = f"# Compatibility matrix: run `{meta.run_id if meta else '?'}`\n\n**{len(records)} cells**: {summary}\n\n"
+    if not records:
+        return head + "No cells were run.\n"
+    df = records_frame(records)
+    links = " · ".join(f"[{Path(p).stem}]({p})" for p in plots)
+    return (head + f"Legend: {LEGEND}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
+            f"## Failures by signature\n\n{failures_table(df)}\n\n"
+            f"{bumps_section(df)}{changes_section(df, previous)}"
+            + (f"\nPlots: {links}\n" if links else ""))

@@ -1,0 +1,112 @@
+"""Post-processing of records as they arrive: failure signatures, hints, known failures (xfail)."""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.core.record import Record
+from harness.core.status import Status
+from harness.matrix.rules import matches
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TYPE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*(.*)$", re.S)
+# A sentence ends at a period after a word, a quote or a bracket, followed by space or the end;
+# "torch.export." ends one, "aten.repeat_interleave" and "0.001;" do not.
+_SENTENCE_END = re.compile(r"(?<=[\w)\]'\"`>])\.(?=\s|$)")
+
+# Order matters: quoted names and dict literals go before paths and numbers eat their insides.
+_NORMALIZERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"'[^']*[/\\][^']*'|\"[^\"]*[/\\][^\"]*\""), "<name>"),  # node names, files
+    (re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}"), "<dict>"),  # shapes / dynamic dims given back
+    # which dims a graph rejects depends on the case's dim names; the bug is the same
+    (re.compile(r"rejected when growing .*?\(dynamic dims <dict>\)"), "rejected when growing <dims>"),
+    (re.compile(r"\[[\d\s,.+-]*\]"), "<list>"),  # shapes and element indices
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"(?<![\w.])(?:/[\w.+@-]+)+/?"), "<path>"),
+    (re.compile(r"\b(?:[\w.-]*[A-Za-z][\w.-]*/)+[\w.-]+"), "<path>"),
+    (re.compile(r"\b(?:node|Node)(?: name)?[ _:]*\(?['\"]?[\w/.:-]+['\"]?\)?"), "node <name>"),
+    (re.compile(r"\b[suq]\d+\b"), "<sym>"),  # torch.export symbols (s0, u1) renumber per model
+    (re.compile(r"(?<![A-Za-z])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"), "<n>"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def first_sentence(text: str) -> str:
+    """The first non-empty line, cut at its first sentence end.
+
+    Upstream messages keep their first sentence across releases and change the advice after
+    it (the SDPA-at-opset-13 error ends differently on torch 2.6 and 2.9).
+    """
+    lines = [ln for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[0].strip()
+    end = _SENTENCE_END.search(line)
+    return line[:end.start()] if end else line
+
+
+def _normalize_part(part: str) -> str:
+    """'Type: message' -> 'Type: first sentence, with volatile tokens replaced'."""
+    m = _TYPE.match(part)
+    exc_type, message = (m.group(1), m.group(2)) if m and " " not in m.group(1) else ("", part)
+    text = first_sentence(message)
+    for pattern, repl in _NORMALIZERS:
+        text = pattern.sub(repl, text)
+    text = text.strip()
+    return f"{exc_type}: {text}" if exc_type else text
+
+
+def normalize_error(error: str) -> str:
+    """Stable text of an error: per cause ('outer <- root'), type + normalized first sentence.
+
+    Addresses, paths, node names, numbers, shapes and the advice after the first sentence vary
+    across torch versions, exporters and opsets for one upstream bug; they are dropped.
+    """
+    parts = [_normalize_part(p) for p in _ANSI.sub("", error or "").split(" <- ")]
+    return " <- ".join(p for p in parts if p)[:300]
+
+
+def signature(rec: Record) -> str | None:
+    """Stable id of a failure: stage + exception type + normalized message."""
+    if not rec.status.is_failure and rec.status is not Status.XFAIL:
+        return None
+    norm = normalize_error(rec.error or "")
+    digest = hashlib.sha1(f"{rec.stage}|{norm}".encode()).hexdigest()[:8]
+    return f"{rec.stage or 'worker'}:{digest}"
+
+
+HINTS_FILE = Path(__file__).with_name("hints.yaml")
+
+
+def load_hints(path: Path = HINTS_FILE) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return yaml.safe_load(path.read_text()) or []
+
+
+class Annotator:
+    def __init__(self, xfail: list[Any] | None = None, hints: list[dict[str, Any]] | None = None) -> None:
+        self.xfail = xfail or []
+        self.hints = [(re.compile(h["pattern"], re.I), h) for h in (hints if hints is not None else load_hints())]
+
+    def __call__(self, rec: Record) -> Record:
+        axes = {"torch": rec.torch, **rec.key.axes}
+        known = next((x for x in self.xfail if matches(x.match, axes)), None)
+        if known is not None:
+            if rec.status.is_failure:
+                rec.status = Status.XFAIL
+                rec.reason = f"{known.reason} ({known.link})"
+            elif rec.status is Status.PASS:
+                rec.status = Status.XPASS
+                rec.reason = f"listed as known failure but passes: {known.reason} ({known.link})"
+        rec.signature = signature(rec)
+        if rec.error:
+            for pattern, hint in self.hints:
+                if pattern.search(rec.error) and hint.get("stage", rec.stage) == rec.stage:
+                    rec.hint = hint["hint"]
+                    break
+        return rec

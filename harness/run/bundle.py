@@ -1,0 +1,35 @@
+"""A failing cell's bundle: everything needed to reproduce it beside the run, and the one-line
+``repro`` command that re-runs just that cell."""
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from harness.core.paths import PROJECT_ROOT
+from harness.core.record import Record
+from harness.run.stages import GroupContext
+
+
+def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Path) -> None:
+    """Everything needed to reproduce a failing cell, beside the run."""
+    import numpy as np
+
+    bundle_dir.mkdir(parents=True, exist_ok=True)
+    if ctx.onnx_path.exists():
+        shutil.copy2(ctx.onnx_path, bundle_dir / "model.onnx")
+        data = ctx.onnx_path.with_name(ctx.onnx_path.name + ".data")
+        if data.exists():
+            shutil.copy2(data, bundle_dir / data.name)
+    for i, feeds in enumerate(ctx.feeds):
+        np.savez(bundle_dir / ("inputs.npz" if i == 0 else f"inputs_shape{i + 1}.npz"), **feeds)
+    (bundle_dir / "versions.json").write_text(json.dumps(rec.versions, indent=2))
+    ctx.job.replace(groups=(ctx.group.only(rec.cell_id),)).write(bundle_dir / "cell.json")
+    with contextlib.suppress(OSError):
+        shutil.copy2(log_path, bundle_dir / "cell.log")
+    rec.bundle = str(bundle_dir)
+    rec.repro = (f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {shlex.quote(sys.executable)} "
+                 f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")
