@@ -14,8 +14,11 @@ import warnings
 import numpy as np
 import openvino as ov
 import torch
-
-from direct_verdict import export_plain, flat, grow  # same folder: the plain-API helpers
+from direct_verdict import (  # same folder: the plain-API helpers
+    export_plain,
+    flat,
+    grow,
+)
 
 warnings.filterwarnings("ignore")
 

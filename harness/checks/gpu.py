@@ -7,7 +7,6 @@ while model-level failures of single probes are shown but do not fail the check.
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 

@@ -48,7 +48,7 @@ class Parity:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "extra" and v not in (None, [])}
-        return {**out, **self.extra}
+        return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
     def __bool__(self) -> bool:
         return bool(self.to_dict())
@@ -78,7 +78,7 @@ class Latency:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()
                if k != "extra" and v is not None and (k != "samples" or (samples and v))}
-        return {**out, **self.extra}
+        return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
     def __bool__(self) -> bool:
         return self.median is not None or bool(self.extra)

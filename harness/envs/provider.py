@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import PROJECT_ROOT

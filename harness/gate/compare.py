@@ -15,9 +15,14 @@ from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Status
 from harness.gate.sources import Side
+from harness.gate.stats import (
+    DEFAULT_ALPHA,
+    DEFAULT_RATIO,
+    LatencyChange,
+    compare_latency,
+)
 from harness.run.annotate import Annotator
 from harness.store.provenance import same_code
-from harness.gate.stats import DEFAULT_ALPHA, DEFAULT_RATIO, LatencyChange, compare_latency
 
 # A candidate may use this share of the case's atol more than the baseline did before it counts.
 DEFAULT_PARITY_FACTOR = 0.5

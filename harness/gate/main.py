@@ -14,17 +14,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.run.annotate import Annotator
-from harness.matrix.config import Matrix, load_matrix
-from harness.matrix.rules import ConfigError
 from harness.core.cell import CellKey
-from harness.gate.compare import CellComparison, Settings, Verdict, compare_sides
-from harness.gate.output import write_outputs
-from harness.gate.sources import Side, run_cells, run_side_or_none, side_from_version, version_plan
 from harness.core.record import Record, read_records
 from harness.core.status import Status
-from harness.store.provenance import fingerprint
+from harness.gate.compare import CellComparison, Settings, Verdict, compare_sides
+from harness.gate.output import write_outputs
+from harness.gate.sources import (
+    Side,
+    run_cells,
+    run_side_or_none,
+    side_from_version,
+    version_plan,
+)
 from harness.gate.stats import compare_latency
+from harness.matrix.config import Matrix, load_matrix
+from harness.matrix.rules import ConfigError
+from harness.run.annotate import Annotator
+from harness.store.provenance import fingerprint
 
 console = Console(stderr=True)
 

@@ -16,7 +16,13 @@ from harness.matrix.config import Matrix, TorchSpec
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint, same_code
-from harness.store.runs import list_runs, load_run, read_run_meta, resolve_run, write_json_atomic
+from harness.store.runs import (
+    list_runs,
+    load_run,
+    read_run_meta,
+    resolve_run,
+    write_json_atomic,
+)
 
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from harness.matrix.rules import ConfigError
 from harness.matrix.plan import EnvPlan, Plan
+from harness.matrix.rules import ConfigError
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

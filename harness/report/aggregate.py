@@ -7,12 +7,14 @@ from typing import Any, Iterable
 import pandas as pd
 from packaging.version import InvalidVersion, Version
 
+from harness.core.cell import AXES as MATRIX_AXES
 from harness.core.cell import CELL_COLUMNS
 from harness.core.record import Record
 from harness.core.run import RunMeta
 from harness.core.status import Status
 
-AXES = ("torch", "exporter", "opset", "runtime", "case")
+# The axes the report summarises and filters on: every matrix axis that is a cell column.
+AXES = tuple(a for a in MATRIX_AXES if a in CELL_COLUMNS)
 # A cell's identity across runs as frame columns: torch plus the cell key ("options" is its label).
 CELL_KEY = list(CELL_COLUMNS)
 PASSED = [s.value for s in Status if s.passed]

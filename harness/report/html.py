@@ -18,14 +18,29 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from harness.report import plots
+from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.report.aggregate import (AXES, FAILED, history, previous_run, records_frame, sorted_torch, status_changes,
-                               summaries, torch_bumps)
-from harness.core.record import Record, count_by_status
+from harness.report import plots
+from harness.report.aggregate import (
+    AXES,
+    FAILED,
+    history,
+    previous_run,
+    records_frame,
+    sorted_torch,
+    status_changes,
+    summaries,
+    torch_bumps,
+)
 from harness.report.markdown import render_markdown
-from harness.store.runs import cell_log_path, list_runs, load_run, read_index, write_report_file
+from harness.store.runs import (
+    cell_log_path,
+    list_runs,
+    load_run,
+    read_index,
+    write_report_file,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOG_EXCERPT_CHARS = 6000

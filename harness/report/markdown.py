@@ -10,7 +10,13 @@ from tabulate import tabulate
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.report.aggregate import FAILED, records_frame, status_changes, torch_bumps, torch_sort_key
+from harness.report.aggregate import (
+    FAILED,
+    records_frame,
+    status_changes,
+    torch_bumps,
+    torch_sort_key,
+)
 
 S = Status
 GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from harness import __version__
 from harness.core.job import Job
@@ -22,7 +28,12 @@ from harness.envs.provider import EnvironmentBuildError
 from harness.matrix.config import Matrix, matrix_hash
 from harness.matrix.plan import Plan
 from harness.run.annotate import Annotator
-from harness.run.supervisor import WorkerSupervisor, environment_failure_records, plan_needs, skip_records
+from harness.run.supervisor import (
+    WorkerSupervisor,
+    environment_failure_records,
+    plan_needs,
+    skip_records,
+)
 from harness.store.provenance import fingerprint
 from harness.store.runs import list_runs, new_run_id, read_run_meta, update_index
 

@@ -25,9 +25,11 @@ class SecondShapeError(RuntimeError):
 
 
 class StageFailure(Exception):
-    def __init__(self, stage: str, exc: BaseException, status: Status = Status.FAIL) -> None:
-        super().__init__(f"{stage}: {exc}")
-        self.stage, self.exc, self.status = stage, exc, status
+    """A stage raised: the cell's verdict (fail, or skip when the runtime cannot run here)."""
+
+    def __init__(self, stage: Stage, exc: BaseException, status: Status = Status.FAIL) -> None:
+        super().__init__(f"{stage.value}: {exc}")
+        self.stage, self.exc, self.status = stage.value, exc, status
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -51,7 +53,9 @@ def short_error(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def stage(name: str, durations: dict[str, float]) -> Iterator[None]:
+def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
+    """Run one stage: time it into ``durations``; any exception becomes a ``StageFailure``."""
+    name = which.value
     t0 = time.perf_counter()
     try:
         yield
@@ -61,9 +65,9 @@ def stage(name: str, durations: dict[str, float]) -> Iterator[None]:
         from harness.runtimes.base import RuntimeUnavailable
 
         if isinstance(exc, RuntimeUnavailable):
-            raise StageFailure(name, exc, Status.SKIP) from exc
+            raise StageFailure(which, exc, Status.SKIP) from exc
         traceback.print_exc()
-        raise StageFailure(name, exc) from exc
+        raise StageFailure(which, exc) from exc
     finally:
         durations[name] = round(durations.get(name, 0.0) + time.perf_counter() - t0, 6)
 
@@ -102,19 +106,19 @@ class GroupContext:
         self.references: list[list[Any]] = []
 
     def prepare(self) -> None:
+        import torch
+
         from harness.run import export as exp
         from harness.run.cases import CaseSkipped, build_case
         from harness.run.parity import flatten_outputs, second_shape_inputs
 
-        import torch
-
         g, opts = self.group, self.group.options
         try:
-            with stage("export", self.durations):
+            with stage(Stage.EXPORT, self.durations):
                 try:
                     self.spec = build_case(g.case, g.case_ref, Path(self.job.base_dir), g.atol, g.rtol)
                 except CaseSkipped as exc:
-                    raise StageFailure("export", exc, Status.SKIP) from exc
+                    raise StageFailure(Stage.EXPORT, exc, Status.SKIP) from exc
                 if self.spec.was_training:
                     self.notes.append("case returned a model in training mode; exported in eval mode")
                 dims = self.spec.dynamic_dims if opts.dynamic else {}
@@ -132,7 +136,7 @@ class GroupContext:
                 exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
                                  dynamic=opts.dynamic, constant_folding=opts.constant_folding,
                                  outputs=outputs)
-            with stage("check", self.durations):
+            with stage(Stage.CHECK, self.durations):
                 self.graph = exp.graph_facts(self.onnx_path)
                 # Names given at export are what deployment code feeds and fetches by: a lost
                 # name is a note (the cell still runs by position), not a failure.
@@ -160,7 +164,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
     try:
         if ctx.failure:
             raise ctx.failure
-        with stage("load", durations):
+        with stage(Stage.LOAD, durations):
             adapter_cls = load_adapter(cell.runtime_name)
             adapter = adapter_cls(ctx.onnx_path, threads=job.threads, precision=g.options.precision,
                                 options=cell.runtime_options)
@@ -170,7 +174,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             rec.versions["runtime"] = adapter_cls.version()
             graph_inputs = adapter.input_names()
         outputs = []
-        with stage("run", durations):
+        with stage(Stage.RUN, durations):
             for i, feeds in enumerate(ctx.feeds):
                 use = _match_feeds(feeds, graph_inputs)
                 try:
@@ -183,7 +187,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
                     raise SecondShapeError(
                         f"at second shape {shapes}: rejected when growing {', '.join(culprits) or 'all dims together'} "
                         f"(dynamic dims {ctx.spec.dynamic_dims}): {short_error(exc)}") from exc
-        with stage("parity", durations):
+        with stage(Stage.PARITY, durations):
             parity = Parity(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
                 label = "example shape" if i == 0 else "second shape"
@@ -193,7 +197,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             parity.max_abs = max(s["max_abs"] for s in parity.shapes)
             parity.max_rel = max(s["max_rel"] for s in parity.shapes)
             rec.parity = parity
-        with stage("latency", durations):
+        with stage(Stage.LATENCY, durations):
             if job.latency.enabled:
                 feeds0 = _match_feeds(ctx.feeds[0], graph_inputs)
                 rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
@@ -217,10 +221,10 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
 
 def _culprit_dims(ctx: GroupContext, adapter: Any, graph_inputs: list[str]) -> list[str]:
     """Grow one named dynamic dim at a time to say which input and dim the graph rejects."""
+    import torch
+
     from harness.run.export import input_names
     from harness.run.parity import second_shape_inputs
-
-    import torch
 
     names = input_names(ctx.spec)
     culprits = []

@@ -8,9 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.paths import REPORTS
-from harness.core.record import SCHEMA_VERSION, Record, SchemaError, count_by_status, read_records
+from harness.core.record import (
+    SCHEMA_VERSION,
+    Record,
+    SchemaError,
+    count_by_status,
+    read_records,
+)
 from harness.core.run import RunMeta
-
 
 
 def runs_root(reports: Path = REPORTS) -> Path:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
 from helpers import TESTS, run_harness, run_matrix
+
 from harness.core.env import EnvSpec
 
 DOCKER_MATRIX = TESTS / "matrices" / "docker.yaml"

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from helpers import TESTS, run_harness
-from harness.gate.compare import Settings, Verdict, compare_cell
+
 from harness.core.cell import CellKey
 from harness.core.record import Record
+from harness.gate.compare import Settings, Verdict, compare_cell
 
 pytestmark = pytest.mark.e2e
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
+
 from harness.matrix.config import ConfigError, load_matrix
 
 MINIMAL = """

@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import TESTS, run_harness
+
+from harness.core.record import read_records
 from harness.matrix.config import ConfigError, Matrix
 from harness.matrix.plan import build_plan
-from harness.core.record import read_records
 from harness.matrix.shards import parse_shard, shard_plan
 
 

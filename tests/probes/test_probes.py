@@ -11,10 +11,10 @@ import json
 import subprocess
 
 import pytest
-
 from helpers import TESTS, run_matrix
-from harness.run.cases import resolve_target
+
 from harness.probes import GROUPS, PROBES, REAL_MODELS, TRAP_PROBES
+from harness.run.cases import resolve_target
 
 PASS = ("pass", None)
 # (case, exporter, opset, constant_folding) -> (status, stage) on torch 2.13.0, ort-cpu.

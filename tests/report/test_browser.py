@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
 from helpers import BOTH, HOSTILE, make_store
+from playwright.sync_api import Page, sync_playwright
 
 from harness.report.html import write_reports
 from harness.store.runs import load_run

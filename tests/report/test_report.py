@@ -7,17 +7,22 @@ Set HARNESS_UPDATE_REFERENCE=1 to rewrite tests/fixtures/expected/ after an inte
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from pathlib import Path
 
-import pytest
-from helpers import BOTH, FIXTURES, HOSTILE, OLD, check_reference, make_store
+from helpers import BOTH, FIXTURES, HOSTILE, OLD, check_reference
 
-from harness.report.aggregate import history, pivot, previous_run, records_frame, status_changes, summary
 from harness.core.record import read_records
+from harness.report.aggregate import (
+    history,
+    pivot,
+    previous_run,
+    records_frame,
+    status_changes,
+    summary,
+)
 from harness.report.html import write_reports
-from harness.store.runs import list_runs, load_run, update_index
+from harness.store.runs import load_run
+
 
 def test_markdown_matches_reference(store):
     run = store / "runs" / BOTH
@@ -25,6 +30,7 @@ def test_markdown_matches_reference(store):
     md = write_reports(run, records, meta, store)
     text = md.read_text(encoding="utf-8")
     check_reference("matrix.md", text)
+    check_reference("matrix.html", md.with_suffix(".html").read_text(encoding="utf-8"))
     assert "## Changes since the previous run" in text and f"`{OLD}`" in text
     assert "#### torch 2.6.0 → 2.13.0" in text  # conv_bn/dynamo starts passing on the bump
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.annotate import Annotator, first_sentence, normalize_error, signature
 from harness.core.record import Record
+from harness.run.annotate import Annotator, first_sentence, normalize_error, signature
 
 # SDPA at opset 13, TorchScript exporter: torch 2.6.0 ends the advice with a period, 2.13.0 not.
 SDPA_26 = ("UnsupportedOperatorError: Exporting the operator 'aten::scaled_dot_product_attention' "

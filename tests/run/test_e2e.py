@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, TESTS, env_python, run_harness
 
 pytestmark = pytest.mark.e2e

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import TESTS, run_harness, run_matrix
+
 from harness.core.record import read_records
 
 pytestmark = pytest.mark.e2e

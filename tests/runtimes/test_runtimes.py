@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import ROOT, TESTS, env_python, run_matrix
+
 from harness.runtimes import RUNTIMES, gpu_unavailable_reason
 from harness.runtimes.base import RuntimeUnavailable
 
@@ -172,7 +172,11 @@ def test_cpu_only_onnxruntime_session_is_refused_not_reported_as_cuda(tmp_path):
 
 # -- OpenVINO and TensorRT pure helpers -----------------------------------------------------------
 def test_openvino_compile_config_pins_precision_and_threads():
-    from harness.runtimes.openvino import compile_config, reported_precision, summarise_error
+    from harness.runtimes.openvino import (
+        compile_config,
+        reported_precision,
+        summarise_error,
+    )
 
     assert compile_config("fp32", 1) == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
                                          "INFERENCE_NUM_THREADS": 1}

@@ -8,8 +8,15 @@ import pytest
 from helpers import BOTH, FIXTURES, HOSTILE, OLD, make_store
 
 from harness.core.record import SchemaError
-from harness.store.runs import (cell_log_path, list_runs, load_run, read_index, resolve_run, update_index,
-                           write_report_file)
+from harness.store.runs import (
+    cell_log_path,
+    list_runs,
+    load_run,
+    read_index,
+    resolve_run,
+    update_index,
+    write_report_file,
+)
 
 
 def test_index_lists_runs_oldest_first_with_per_torch_counts(tmp_path):

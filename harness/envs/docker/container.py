@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
 from harness.core.cell import CaseRef
 from harness.core.job import Job
 

@@ -16,12 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.envs.docker.base import LOCAL_BASE, bootstrap_base, image_exists, try_pull
-from harness.envs.docker.build import build_image
-from harness.envs.docker.images import (Recipe, build_args, image_tag, index_settings, local_wheels,
-                                   recipe_for)
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import envs_dir
+from harness.envs.docker.base import LOCAL_BASE, bootstrap_base, image_exists, try_pull
+from harness.envs.docker.build import build_image
+from harness.envs.docker.images import (
+    Recipe,
+    build_args,
+    image_tag,
+    index_settings,
+    local_wheels,
+    recipe_for,
+)
 from harness.envs.provider import EnvironmentBuildError, harness_process_env
 
 

@@ -1,0 +1,88 @@
+"""The worker in-process: its helpers, and one real job from Job to Record events."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from harness.core.cell import CellKey
+from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
+from harness.core.record import Record
+from harness.core.status import Stage, Status
+from harness.run.stages import StageFailure, _match_feeds, short_error, stage
+from harness.run.worker import redirect_fds, run_job
+
+
+def test_stage_turns_exceptions_into_failures_and_times_them():
+    durations: dict[str, float] = {}
+    with pytest.raises(StageFailure) as info:
+        with stage(Stage.CHECK, durations):
+            raise ValueError("bad graph")
+    assert info.value.stage == "check" and info.value.status is Status.FAIL
+    assert isinstance(info.value.exc, ValueError) and durations["check"] >= 0
+
+
+def test_stage_maps_an_unavailable_runtime_to_skip():
+    from harness.runtimes.base import RuntimeUnavailable
+
+    with pytest.raises(StageFailure) as info:
+        with stage(Stage.LOAD, {}):
+            raise RuntimeUnavailable("no GPU")
+    assert info.value.status is Status.SKIP
+
+
+def test_short_error_names_type_and_first_line():
+    try:
+        try:
+            raise KeyError("inner detail")
+        except KeyError as inner:
+            raise RuntimeError("wrapper\nsecond line") from inner
+    except RuntimeError as exc:
+        text = short_error(exc)
+    assert text.startswith("RuntimeError: wrapper") and "second line" not in text
+    assert "KeyError" in text
+
+
+def test_match_feeds_by_name_then_by_position():
+    a, b = np.zeros(1), np.ones(1)
+    assert list(_match_feeds({"x": a, "y": b}, ["y", "x"])) == ["y", "x"]
+    assert _match_feeds({"input_0": a}, ["renamed"])["renamed"] is a
+    with pytest.raises(ValueError, match="do not match"):
+        _match_feeds({"input_0": a}, ["p", "q"])
+
+
+def test_redirect_fds_captures_c_level_output(tmp_path):
+    log = tmp_path / "log.txt"
+    with redirect_fds(log):
+        os.write(1, b"from fd 1\n")
+        os.write(2, b"from fd 2\n")
+    os.write(1, b"after\n")
+    text = log.read_text()
+    assert "from fd 1" in text and "from fd 2" in text and "after" not in text
+
+
+def test_run_job_emits_one_record_per_cell(tmp_path):
+    case = tmp_path / "cases.py"
+    case.write_text("import torch\n"
+                    "def lin():\n"
+                    "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),), {0: {0: 'batch'}}\n"
+                    "def broken():\n"
+                    "    raise RuntimeError('broken on purpose')\n")
+    cells = (CellJob("c-ok", "ort-cpu", "ort-cpu"),)
+    groups = (ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17, cells=cells),
+              ExportGroup("g2", "broken", f"{case}:broken", "torchscript", 17,
+                          cells=(CellJob("c-bad", "ort-cpu", "ort-cpu"),)))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=groups, base_dir=str(tmp_path),
+              latency=LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1, warmup_s=0.0))
+    events: list[dict] = []
+    run_job(Job.from_dict(json.loads(job.to_json())), events.append)
+    kinds = [e["event"] for e in events]
+    assert kinds == ["hello", "group_start", "cell_start", "record", "group_start", "cell_start", "record"]
+    ok, bad = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
+    assert ok.status is Status.PASS and ok.key == CellKey("lin", "torchscript", 17, "ort-cpu")
+    assert ok.parity.max_abs is not None and len(ok.parity.shapes) == 2 and ok.latency_ms.iterations >= 5
+    assert (bad.status, bad.stage) == (Status.FAIL, "export") and "broken on purpose" in bad.error
+    bundle = tmp_path / "run" / "bundles" / "c-bad"
+    assert (bundle / "cell.json").exists() and Job.read(bundle / "cell.json").groups[0].cells[0].cell_id == "c-bad"
