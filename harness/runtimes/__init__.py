@@ -1,4 +1,10 @@
-"""Runtime registry: adding a runtime is adding a module and an entry here."""
+"""Runtimes: one adapter module per runtime behind ``base.RuntimeAdapter`` (prepare / activate /
+infer / deactivate, availability with a reason), and this registry of ``RuntimeInfo`` (package,
+default version, environment family). Adding a runtime is adding a module and an entry here.
+
+Takes an exported file and numpy feeds inside a worker; gives outputs, timed calls and facts
+(providers, precision actually used). Vendor libraries are imported lazily.
+"""
 from __future__ import annotations
 
 import ctypes
