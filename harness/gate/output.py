@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.gate.compare import CellComparison, Settings, Verdict
 from harness.gate.sources import Side
-from harness.report.markdown import md_code, md_text
+from harness.report.text import md_code, md_text
 
 # Characters XML 1.0 does not allow anywhere in a document, escaped or not (NUL, backspace,
 # other C0 controls but tab/newline/CR, lone surrogates, U+FFFE/U+FFFF).

@@ -1,8 +1,6 @@
 """The markdown matrix (tabulate): one glyph per cell, a legend, failures by signature, changes."""
 from __future__ import annotations
 
-import html
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,6 +17,7 @@ from harness.report.aggregate import (
     torch_bumps,
     torch_sort_key,
 )
+from harness.report.text import md_code, md_text
 
 S = Status
 GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",
@@ -26,31 +25,6 @@ GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIM
 LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ timeout · ⚠️ known failure (xfail) · "
           "❗ known failure now passing (xpass) · ⏭️ skip · `op18`: opset the file declares when it "
           "differs from the one requested · ms: median latency")
-
-
-# C0/C1 control characters (NUL, backspace, escape...): shown as \xNN, never written raw.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_PLAIN_CODE = re.compile(r"^[A-Za-z0-9_.:@+/=-]*$")
-
-
-def md_text(value: Any, limit: int | None = None) -> str:
-    """Any text as safe content of a markdown table cell: one line (every run of whitespace,
-    newlines and U+2028 included, becomes one space), control characters shown as ``\\xNN``,
-    cut to ``limit`` characters, then raw HTML (``<``, ``>``, ``&``) escaped as entities and ``|``
-    as ``\\|`` so that neither a tag renders nor the table breaks."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return ""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(value).split()))
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text, quote=False).replace("|", "\\|")
-
-
-def md_code(value: Any) -> str:
-    """`value` as inline code when it is a plain token (ids, signatures, versions), else as
-    escaped text: a code span shows entities literally, so hostile text never goes in one."""
-    text = "" if value is None else str(value)
-    return f"`{text}`" if text and _PLAIN_CODE.match(text) else md_text(text)
 
 
 def cell_text(row: pd.Series) -> str:

@@ -9,7 +9,7 @@ import re
 from helpers import HOSTILE
 
 from harness.report.html import write_reports
-from harness.report.markdown import md_code, md_text
+from harness.report.text import md_code, md_text
 from harness.store.runs import load_run
 
 TAG = re.compile(r"<[A-Za-z/!?]")                 # what would start raw HTML in markdown
