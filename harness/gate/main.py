@@ -166,8 +166,7 @@ def run_gate(req: GateRequest) -> int:
     check_installable(pending, matrix, req)
     sides = {which: runs[which] or complete_side(pending[which], req.config, req.reports, req.provider,
                                                  current) for which in refs}
-    for which, side in sides.items():
-        check_environments(side, f"--{which}")
+    check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
     remeasure(cells, base, cand, matrix, req, out, current)

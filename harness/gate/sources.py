@@ -89,15 +89,22 @@ class EnvironmentFailure(ConfigError):
     """A side's environment could not be built: the gate cannot compare (exit 2, never 1)."""
 
 
-def check_environments(side: Side, which: str) -> None:
-    """Raise EnvironmentFailure naming the environment when any cell of ``side`` is one."""
+def environment_problem(side: Side, which: str) -> str | None:
+    """What keeps ``side`` from being compared because an environment could not be built."""
     failed = [r for r in side.records if is_environment_failure(r)]
-    if failed:
-        envs = sorted({r.env for r in failed})
-        raise EnvironmentFailure(
-            f"{which} {side.label}: environment {', '.join(envs)} could not be built, so "
-            f"{len(failed)} cell(s) have no result: {' '.join((failed[0].error or '').split())[:300]} "
-            "(nothing was compared; such records are never reused: fix the environment and run the gate again)")
+    if not failed:
+        return None
+    envs = sorted({r.env for r in failed})
+    return (f"{which} {side.label}: environment {', '.join(envs)} could not be built, so "
+            f"{len(failed)} cell(s) have no result: {' '.join((failed[0].error or '').split())[:300]}")
+
+
+def check_environments(sides: dict[str, Side]) -> None:
+    """Raise EnvironmentFailure (one line, naming every failed environment) if any side has one."""
+    problems = [p for which, side in sides.items() if (p := environment_problem(side, f"--{which}"))]
+    if problems:
+        raise EnvironmentFailure("; ".join(problems) + " (nothing was compared; such records are never "
+                                 "reused: fix the environment and run the gate again)")
 
 
 def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[list[Record], dict[str, dict]]:
