@@ -166,7 +166,8 @@ def test_worker_records_carry_the_nonfinite_note_or_fail_at_parity(tmp_path):
     groups = tuple(ExportGroup(f"g-{fn}", fn, f"{case}:{fn}", "torchscript", 17,
                                cells=(CellJob(f"c-{fn}", "ort-cpu", "ort-cpu"),))
                    for fn in ("sqrt", "sign_log"))
-    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=groups, base_dir=str(tmp_path),
+    run_dir = tmp_path / "run $(touch pwned); 'q'"   # the repro line must quote it
+    job = Job(run_id="r", run_dir=str(run_dir), env="env", groups=groups, base_dir=str(tmp_path),
               latency=LatencyProtocol(min_runs=2, min_time_s=0.0, warmup_runs=1, warmup_s=0.0))
     events: list[dict] = []
     run_job(Job.from_dict(json.loads(job.to_json())), events.append)
@@ -182,3 +183,8 @@ def test_worker_records_carry_the_nonfinite_note_or_fail_at_parity(tmp_path):
     assert not np.array_equal(np.isnan(eager), np.isnan(runtime))
     assert (recs["sign_log"].status, recs["sign_log"].stage) == (Status.FAIL, "parity")
     assert "NaN where eager is not" in recs["sign_log"].error
+    # The failing cell's one-line repro command survives a hostile run directory name.
+    import shlex
+
+    words = shlex.split(recs["sign_log"].repro)
+    assert words[-2:] == [str(run_dir / "bundles" / "c-sign_log" / "cell.json"), "--print"]
