@@ -76,17 +76,22 @@ def base_image(session: nox.Session) -> None:
     _harness(session, "base-image")
 
 
-@nox.session(python="3.11")
+# The interpreter running nox: a session whose Python is missing is "skipped" by nox (exit 0),
+# which a CI job would read as "no regression".
+@nox.session
 def gate(session: nox.Session) -> None:
-    """Gate a torch bump: --baseline/--candidate VERSION|RUN; exit 1 on regression, 2 on bad input."""
-    _install(session)
+    """Gate a torch bump: --baseline/--candidate VERSION|RUN; exit 1 on regression, 2 when it cannot tell."""
+    try:
+        _install(session)
+    except nox.command.CommandFailed:
+        raise SystemExit(2) from None   # the gate could not even start: never "regression"
     try:
         session.run("python", "-m", "harness", "gate", *session.posargs, env=_invoked(session),
                     success_codes=[0])
     except nox.command.CommandFailed as exc:
-        # Keep the gate's own exit code (1 regression, 2 usage) instead of nox's generic 1.
-        last = str(exc).rsplit(" ", 1)[-1]
-        raise SystemExit(int(last) if last.isdigit() else 1) from None
+        # Keep the gate's own exit code (1 regression, 2 cannot tell) instead of nox's generic 1;
+        # anything else (a signal, a crash of the interpreter) is 2.
+        raise SystemExit(exc.return_code if exc.return_code in (1, 2) else 2) from None
 
 
 @nox.session(python="3.11")

@@ -2,13 +2,18 @@
 
 matrix, plan, merge, report, publish, gate, images, base-image, bench, gpu-check; the nox
 sessions of the same names call these. Exit codes: 0 success; 1 a finding (gate regression,
-a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store).
+a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store, an
+environment that cannot be installed); 3 an unexpected error (one line on stderr, the traceback
+in a file it names). The gate never exits 1 but for a regression: any error there is 2.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 
 from harness.core.paths import DEFAULT_CONFIG, REPORTS
@@ -257,14 +262,66 @@ def _resolve_paths(args: argparse.Namespace) -> None:
                 setattr(args, name, candidate)
 
 
+# Exit codes (see the module docstring).
+BAD_INPUT, INTERNAL_ERROR, INTERRUPTED = 2, 3, 130
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Output folders must be folders: a file there is bad input, never a traceback later."""
+    for name, option in (("output", "--output"), ("site", "--site"), ("reports", "--reports")):
+        value = getattr(args, name, None)
+        if isinstance(value, Path) and value.exists() and not value.is_dir():
+            raise ConfigError(f"{option} {value}: is a file; expected a directory")
+
+
+def _traceback_file(args: argparse.Namespace) -> Path | None:
+    """Write the current exception's traceback where the user will look; return its path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    name = f"error-{args.command}-{stamp}-{os.getpid()}.log"
+    text = f"python -m harness {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}"
+    reports = getattr(args, "reports", None)
+    for folder in ([reports / "errors"] if isinstance(reports, Path) else []) + [Path(tempfile.gettempdir())]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+            return folder / name
+        except OSError:
+            continue
+    return None
+
+
+def _say(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _resolve_paths(args)
+    gate = args.command == "gate"
     try:
-        return args.func(args)
+        _check_paths(args)
+        code = args.func(args)
+        # The gate's contract is 0 (no regression), 1 (regression), 2 (could not tell).
+        return code if not gate or code in (0, 1) else BAD_INPUT
     except (ConfigError, FileNotFoundError, SchemaError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        _say(str(exc))
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return BAD_INPUT if gate else INTERRUPTED
+    except SystemExit as exc:
+        # sys.exit("message") deep inside is bad input; a bare code passes through, except in the
+        # gate, whose verdict only run_gate's return value gives.
+        if isinstance(exc.code, str) or gate:
+            _say(str(exc.code) if isinstance(exc.code, str) else f"'gate' stopped early (exit {exc.code})")
+            return BAD_INPUT
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes an exit code
+        where = _traceback_file(args)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        _say(f"unexpected {type(exc).__name__} in '{args.command}': {first} "
+             f"(traceback: {where or 'could not be written'})")
+        return BAD_INPUT if gate else INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Resolve both sides (stored runs, or a torch version whose missing cells are run now), compare
 per cell, re-measure the cells flagged slower once for both sides (a noisy host flags cells that a
 second look clears), then write markdown, JUnit XML and JSON. Exit 0: no regression; 1: at
-least one; 2: bad arguments or configuration (raised as ConfigError for the CLI to map).
+least one; 2: the gate cannot tell: bad arguments or configuration, identical sides, a torch
+version the package index does not have (resolved for both sides before anything runs), an
+environment that could not be built (raised as ConfigError for the CLI to map; the CLI maps any
+other error to 2 as well).
 """
 from __future__ import annotations
 
@@ -20,10 +23,14 @@ from harness.core.status import Status
 from harness.gate.compare import CellComparison, Settings, Verdict, compare_sides
 from harness.gate.output import write_outputs
 from harness.gate.sources import (
+    PendingSide,
     Side,
+    check_environments,
+    complete_side,
+    plan_version_side,
     run_cells,
     run_side_or_none,
-    side_from_version,
+    same_side,
     version_plan,
 )
 from harness.gate.stats import compare_latency
@@ -120,17 +127,47 @@ def redecide(cell: CellComparison, base: list[Record], cand: list[Record], req: 
         cell.detail = f"{was} cleared by re-measurement: ×{lat.ratio:.2f}, {meds}"
 
 
+def check_installable(pending: dict[str, PendingSide], matrix: Matrix, req: GateRequest) -> None:
+    """Resolve the environments of every cell either side still has to run, both sides before
+    anything runs: a torch the index does not have is exit 2, never a side of failures."""
+    from harness.envs import make_provider
+    from harness.envs.resolve import preflight
+    from harness.matrix.plan import Plan
+
+    listed = {t.version for t in matrix.torch}
+    envs = [e for p in pending.values() for e in p.missing.environments]
+    if not envs:
+        return
+    provider = make_provider(req.provider, log=lambda *a, **k: None)
+    # A version the file does not list is named by the option that asked for it.
+    keys = {p.side.torch: f"--{which} {p.side.torch}" for which, p in pending.items()
+            if p.side.torch not in listed}
+    preflight(Plan(matrix, envs), req.config, skip=provider.skip_reason,
+              ready=getattr(provider, "is_ready", lambda spec: False), torch_key=keys)
+
+
 def run_gate(req: GateRequest) -> int:
+    """Compare the two sides and write the reports; 0 no regression, 1 regression. Anything
+    that keeps the gate from comparing (arguments, config, an environment) raises ConfigError."""
     check_settings(req.settings, req.remeasure)
     matrix = load_matrix(req.config)
     current = fingerprint(matrix, req.config)
     out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    runs = [run_side_or_none(ref, req.reports) for ref in (req.baseline, req.candidate)]
-    for ref, side in zip((req.baseline, req.candidate), runs):
-        if side is None and not version_plan(matrix, ref)[1].cells:
+    refs = {"baseline": req.baseline, "candidate": req.candidate}
+    runs = {which: run_side_or_none(ref, req.reports) for which, ref in refs.items()}
+    if same_side(runs["baseline"], runs["candidate"], req.baseline, req.candidate):
+        raise ConfigError(f"--baseline {req.baseline} and --candidate {req.candidate} are the same "
+                          "results: expected two different torch versions or runs to compare")
+    for which, ref in refs.items():
+        if runs[which] is None and not version_plan(matrix, ref)[1].cells:
             raise ConfigError(f"{req.config}: no cells for torch {ref} (check exclude/include)")
-    base, cand = (side or side_from_version(ref, matrix, req.config, req.reports, req.provider, current)
-                  for ref, side in zip((req.baseline, req.candidate), runs))
+    pending = {which: plan_version_side(ref, matrix, req.config, req.reports, current)
+               for which, ref in refs.items() if runs[which] is None}
+    check_installable(pending, matrix, req)
+    sides = {which: runs[which] or complete_side(pending[which], req.config, req.reports, req.provider,
+                                                 current) for which in refs}
+    check_environments(sides)
+    base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
     remeasure(cells, base, cand, matrix, req, out, current)
     code = 1 if any(c.verdict.blocking for c in cells) else 0

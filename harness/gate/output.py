@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from harness.gate.compare import CellComparison, Settings, Verdict
 from harness.gate.sources import Side
+from harness.report.text import md_code, md_text
+
+# Characters XML 1.0 does not allow anywhere in a document, escaped or not (NUL, backspace,
+# other C0 controls but tab/newline/CR, lone surrogates, U+FFFE/U+FFFF).
+_XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 # Sections in the order a reviewer needs them; unchanged cells are only counted.
 SECTIONS = [
@@ -31,8 +37,15 @@ def _state(rec: Any, median: float | None = None) -> str:
 
 
 def _cell(text: str, limit: int = 140) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return md_text(text, limit)
+
+
+def xml_text(value: Any) -> str:
+    """Text that keeps an XML document well-formed: characters XML cannot carry become
+    ``\\xNN`` / ``\\uNNNN`` (ElementTree escapes ``<``, ``&`` and quotes itself)."""
+    text = "" if value is None else str(value)
+    return _XML_INVALID.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                       else f"\\u{ord(m.group()):04x}"), text)
 
 
 def render_markdown(base: Side, cand: Side, cells: list[CellComparison], settings: Settings) -> str:
@@ -40,7 +53,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
     counts = {v: sum(1 for c in cells if c.verdict is v) for v in Verdict}
     head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
             else "✅ no regression")
-    lines = [f"## Upgrade gate: torch {base.torch} → {cand.torch}: {head}", ""]
+    lines = [f"## Upgrade gate: torch {md_text(base.torch)} → {md_text(cand.torch)}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
     cleared = [(None, "Flagged slower, cleared by re-measurement")]
     for verdict, title in SECTIONS + cleared:
@@ -59,31 +72,32 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
                          f"{_cell(after)} | {ratio} | {_cell(detail)} |")
-    lines += ["", f"Baseline `{base.label}` (runs {', '.join(base.runs) or 'none'}), candidate "
-              f"`{cand.label}` (runs {', '.join(cand.runs) or 'none'}). Latency counts when the median "
+    lines += ["", f"Baseline {md_code(base.label)} (runs {md_text(', '.join(base.runs)) or 'none'}), "
+              f"candidate {md_code(cand.label)} (runs {md_text(', '.join(cand.runs)) or 'none'}). "
+              "Latency counts when the median "
               f"ratio > {settings.latency_threshold:g} and Mann–Whitney p < {settings.alpha:g}, confirmed "
               f"by a re-measurement in fresh processes; parity drift when max_abs grows by more than "
               f"{settings.parity_factor:g}×atol."]
     unrecorded = sorted({run for s in (base, cand) for run, fp in s.fingerprints.items() if not fp})
     if unrecorded:
-        lines += ["", f"Runs {', '.join(unrecorded)} did not record their case source and harness "
+        lines += ["", f"Runs {md_text(', '.join(unrecorded))} did not record their case source and harness "
                   "code: assumed unchanged."]
     return "\n".join(lines) + "\n"
 
 
 def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
-    suite = ET.Element("testsuite", name=f"upgrade-gate torch {base.torch} -> {cand.torch}",
+    suite = ET.Element("testsuite", name=xml_text(f"upgrade-gate torch {base.torch} -> {cand.torch}"),
                        tests=str(len(cells)),
                        failures=str(sum(c.verdict.blocking for c in cells)),
                        skipped=str(sum(c.verdict is Verdict.NOT_COMPARABLE for c in cells)))
     for c in cells:
         case, exporter, opset, runtime, label = c.key.as_tuple()
         name = f"{exporter}-op{opset}-{runtime}" + (f"-{label}" if label else "")
-        tc = ET.SubElement(suite, "testcase", classname=f"gate.{case}", name=name)
-        message = f"{c.verdict.value}: {c.detail}".strip(": ")
+        tc = ET.SubElement(suite, "testcase", classname=xml_text(f"gate.{case}"), name=xml_text(name))
+        message = xml_text(f"{c.verdict.value}: {c.detail}".strip(": "))
         if c.verdict.blocking:
             failure = ET.SubElement(tc, "failure", message=message, type=c.verdict.value)
-            failure.text = "\n".join(filter(None, [message, c.cand.repro if c.cand else None]))
+            failure.text = "\n".join(filter(None, [message, xml_text(c.cand.repro) if c.cand else None]))
         elif c.verdict is Verdict.NOT_COMPARABLE:
             ET.SubElement(tc, "skipped", message=message)
         elif c.verdict is not Verdict.UNCHANGED:

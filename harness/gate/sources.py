@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.record import Record
+from harness.core.status import Status
+from harness.envs.provider import EnvironmentBuildError
 from harness.matrix.config import Matrix, TorchSpec
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
@@ -77,8 +79,37 @@ def side_from_run(ref: str, reports: Path) -> Side:
     return Side(ref, version, chosen, [meta.run_id], {meta.run_id: run_fingerprint(run_dir, meta) or {}})
 
 
+def is_environment_failure(rec: Record) -> bool:
+    """A record the runner wrote because the cell's environment could not be built or started:
+    it says nothing about the cell, so it is never reused and never compared."""
+    return rec.status is Status.CRASH and (rec.error or "").startswith(EnvironmentBuildError.__name__)
+
+
+class EnvironmentFailure(ConfigError):
+    """A side's environment could not be built: the gate cannot compare (exit 2, never 1)."""
+
+
+def environment_problem(side: Side, which: str) -> str | None:
+    """What keeps ``side`` from being compared because an environment could not be built."""
+    failed = [r for r in side.records if is_environment_failure(r)]
+    if not failed:
+        return None
+    envs = sorted({r.env for r in failed})
+    return (f"{which} {side.label}: environment {', '.join(envs)} could not be built, so "
+            f"{len(failed)} cell(s) have no result: {' '.join((failed[0].error or '').split())[:300]}")
+
+
+def check_environments(sides: dict[str, Side]) -> None:
+    """Raise EnvironmentFailure (one line, naming every failed environment) if any side has one."""
+    problems = [p for which, side in sides.items() if (p := environment_problem(side, f"--{which}"))]
+    if problems:
+        raise EnvironmentFailure("; ".join(problems) + " (nothing was compared; such records are never "
+                                 "reused: fix the environment and run the gate again)")
+
+
 def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[list[Record], dict[str, dict]]:
-    """Newest finished result per planned cell among stored runs produced by the same code."""
+    """Newest finished result per planned cell among stored runs produced by the same code
+    (records of environments that could not be built are skipped: those cells run again)."""
     wanted = {c.cell_id for c in plan.cells}
     found: dict[str, Record] = {}
     prints: dict[str, dict] = {}
@@ -89,6 +120,8 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[
             continue
         _, records = load_run(run_dir)
         for rec in records:
+            if is_environment_failure(rec):
+                continue
             if rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case):
                 found[rec.cell_id] = rec
                 prints[rec.run_id] = fp
@@ -107,22 +140,57 @@ def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None
     return Path(run_dir)
 
 
-def side_from_version(version: str, matrix: Matrix, config_path: Path, reports: Path,
-                      provider: str, current: dict[str, Any]) -> Side:
+@dataclass
+class PendingSide:
+    """A side given as a torch version: the cells found in the store, and those still to run."""
+    side: Side
+    matrix: Matrix            # the matrix restricted to this torch version
+    missing: Plan             # the cells no stored run has
+
+
+def plan_version_side(version: str, matrix: Matrix, config_path: Path, reports: Path,
+                      current: dict[str, Any]) -> PendingSide:
+    """Stored cells of a version side, and the plan of the missing ones (nothing runs here)."""
     restricted, plan = version_plan(matrix, version)
     if not plan.cells:
         raise ConfigError(f"{config_path}: no cells for torch {version} (check exclude/include)")
     records, prints = stored_records(plan, current, reports)
     side = Side(version, version, records, sorted(prints), prints)
     missing = {c.cell_id for c in plan.cells} - {r.cell_id for r in records}
-    if missing:
-        run_dir = run_cells(restricted, config_path, plan.restricted(missing), None, reports, provider, current)
+    return PendingSide(side, restricted, plan.restricted(missing))
+
+
+def complete_side(pending: PendingSide, config_path: Path, reports: Path, provider: str,
+                  current: dict[str, Any]) -> Side:
+    """Run a version side's missing cells (stored for the next gate); return the whole side."""
+    side, plan = pending.side, pending.missing
+    if plan.cells:
+        missing = {c.cell_id for c in plan.cells}
+        run_dir = run_cells(pending.matrix, config_path, plan, None, reports, provider, current)
         meta, new = load_run(run_dir)
         side.records += [r for r in new if r.cell_id in missing]
         side.runs.append(meta.run_id)
         side.fingerprints[meta.run_id] = current
         side.executed.append(meta.run_id)
     return side
+
+
+def same_side(a: Side | None, b: Side | None, ref_a: str, ref_b: str) -> bool:
+    """Both references name the same thing: one torch version, or one run's one version."""
+    if a is None and b is None:
+        return _same_version(ref_a, ref_b)
+    if a is not None and b is not None:
+        return a.runs == b.runs and a.torch == b.torch
+    return False
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def run_side_or_none(ref: str, reports: Path) -> Side | None:

@@ -1,14 +1,19 @@
 """matrix.yaml: schema, loading and validation with errors that name file, key and expectation."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
-import sys
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -16,12 +21,14 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from harness.core.cell import AXES, EXPORTERS, PRECISIONS, CaseRef
 from harness.core.job import LatencyProtocol
 from harness.matrix.rules import ConfigError
+from harness.probes import GROUPS, PROBES
 from harness.runtimes import RUNTIMES
 
 Scalar = Union[str, int, float, bool]
@@ -40,10 +47,86 @@ def _check_axes(rule: dict) -> dict:
     unknown = [k for k in rule if k not in AXES]
     if unknown:
         raise ValueError(f"unknown axis {unknown[0]!r}; expected keys among {list(AXES)}")
+    if not rule:
+        raise ValueError(f"expected at least one axis among {list(AXES)} (an empty rule matches every cell)")
+    for key, want in rule.items():
+        for v in want if isinstance(want, list) else [want]:
+            if isinstance(v, str) and v.startswith("~"):
+                try:
+                    re.compile(v[1:])
+                except re.error as exc:
+                    raise ValueError(f"{key}: {v!r} is not a valid regular expression ({exc})") from None
     return rule
 
 
 Rule = Annotated[dict[str, Union[Scalar, list[Scalar]]], AfterValidator(_check_axes)]
+
+
+def _check_version(v: str, what: str = "a release version such as '2.13.0'") -> str:
+    """A plain release version (PEP 440): never a path, URL or requirement."""
+    try:
+        Version(v)
+    except InvalidVersion:
+        raise ValueError(f"expected {what}") from None
+    return v
+
+
+def _check_pin(v: str) -> str:
+    """A companion pin: a version ('2.3.5') or a version specifier ('<2.3', '>=1.26,<2')."""
+    try:
+        Version(v)
+        return v
+    except InvalidVersion:
+        pass
+    try:
+        if v.strip() and v.strip()[0] in "<>=!~":
+            SpecifierSet(v)
+            return v
+    except InvalidSpecifier:
+        pass
+    raise ValueError("expected a version such as '2.3.5' or a specifier such as '<2.3'")
+
+
+def _check_python(v: str) -> str:
+    """A CPython version uv can be asked for: '3.11' or '3.11.7', 3.9 or newer."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", v) or Version(v) < Version("3.9") or Version(v).major != 3:
+        raise ValueError("expected a Python version 3.9 or newer such as '3.11'")
+    return v
+
+
+def _check_url(v: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    parts = urlsplit(v)
+    if parts.scheme not in schemes or (parts.scheme != "file" and not parts.netloc) or any(c.isspace() for c in v):
+        raise ValueError(f"expected an {'/'.join(schemes)} URL")
+    return v
+
+
+def _check_case_target(v: str) -> str:
+    """A built-in probe name, 'file.py:function' or 'package.module:function'."""
+    if v in PROBES:
+        return v
+    ref = CaseRef.try_parse(v)
+    if ref is None:
+        if ":" not in v:
+            raise ValueError(f"unknown probe {v!r}; expected a built-in probe ({', '.join(PROBES)}), a group "
+                             f"({', '.join(GROUPS)}), 'file.py:function' or 'package.module:function'")
+        raise ValueError("expected 'file.py:function' or 'package.module:function'")
+    if not ref.is_file and not all(part.isidentifier() for part in ref.target.split(".")):
+        raise ValueError(f"{ref.target!r} is neither a .py file nor an importable module name")
+    return v
+
+
+def _check_requirement(v: str) -> str:
+    try:
+        Requirement(v)
+    except InvalidRequirement:
+        raise ValueError("expected a requirement such as 'transformers==4.57.1'") from None
+    return v
+
+
+Version_ = Annotated[str, AfterValidator(_check_version)]
+Pin = Annotated[str, AfterValidator(_check_pin)]
+PythonVersion = Annotated[str, AfterValidator(_check_python)]
 
 
 class _Strict(BaseModel):
@@ -52,23 +135,17 @@ class _Strict(BaseModel):
 
 class TorchSpec(_Strict):
     version: str
-    python: str | None = None
-    numpy: str | None = None
-    onnx: str | None = None
-    onnxscript: str | None = None
-    protobuf: str | None = None
-    extras: list[str] = Field(default_factory=list)
+    python: PythonVersion | None = None
+    numpy: Pin | None = None
+    onnx: Pin | None = None
+    onnxscript: Pin | None = None
+    protobuf: Pin | None = None
+    extras: list[Annotated[str, AfterValidator(_check_requirement)]] = Field(default_factory=list)
 
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            Version(v)
-        except InvalidVersion:
-            raise ValueError("expected a torch release such as '2.13.0'") from None
-        return v
+        return _check_version(v, "a torch release such as '2.13.0'")
 
 
 class RuntimeSpec(_Strict):
@@ -83,16 +160,24 @@ class RuntimeSpec(_Strict):
             raise ValueError(f"expected one of {sorted(RUNTIMES)}")
         return v
 
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        return None if v is None else _check_version(v, "a release of the runtime's package such as '1.32.0'")
+
     @property
     def label(self) -> str:
         return self.name if self.version is None else f"{self.name}@{self.version}"
 
 
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class CaseEntry(_Strict):
-    target: str
-    name: str | None = None
-    atol: float | None = None
-    rtol: float | None = None
+    target: Annotated[str, AfterValidator(_check_case_target)]
+    name: str | None = Field(None, min_length=1)
+    atol: Tolerance | None = None
+    rtol: Tolerance | None = None
 
     @property
     def label(self) -> str:
@@ -105,12 +190,35 @@ class CaseEntry(_Strict):
 class XfailEntry(_Strict):
     match: dict[str, Scalar | list[Scalar]]
     reason: str = Field(min_length=3)
-    link: str = Field(min_length=8)
+    link: Annotated[str, AfterValidator(_check_url)]
 
     @field_validator("match")
     @classmethod
     def _axes(cls, v: dict) -> dict:
         return _check_axes(v)
+
+
+class IncludeEntry(_Strict):
+    """One extra cell, its axes validated like the main lists; unset axes take the first value
+    of each list (the matrix checks that runtime and case name one it knows)."""
+
+    torch: Version_ | None = None
+    exporter: Literal[EXPORTERS] | None = None
+    opset: Opset | None = None
+    runtime: str | None = None
+    case: str | None = None
+    constant_folding: bool | None = None
+    dynamic: bool | None = None
+    precision: Literal[PRECISIONS] | None = None
+
+    @model_serializer(mode="wrap")
+    def _set_axes_only(self, handler: Any) -> dict[str, Any]:
+        # Serialised as the rule it was written as: the matrix hash of a file does not change.
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 class OptionsAxes(_Strict):
@@ -119,12 +227,15 @@ class OptionsAxes(_Strict):
     precision: list[Literal[PRECISIONS]] = Field(default_factory=lambda: ["fp32"], min_length=1)
 
 
+IndexUrl = Annotated[str, AfterValidator(lambda v: _check_url(v, ("http", "https", "file")))]
+
+
 class InstallConfig(_Strict):
-    python: str = "3.11"
+    python: PythonVersion = "3.11"
     use_pip_config: bool = True  # also use find-links folders named in pip's configuration
     find_links: list[str] = Field(default_factory=list)
-    index_url: str | None = None
-    extra_index_urls: list[str] = Field(default_factory=list)
+    index_url: IndexUrl | None = None
+    extra_index_urls: list[IndexUrl] = Field(default_factory=list)
 
 
 class Matrix(_Strict):
@@ -134,12 +245,12 @@ class Matrix(_Strict):
     runtimes: list[RuntimeSpec] = Field(default_factory=lambda: [RuntimeSpec(name="ort-cpu")], min_length=1)
     cases: list[CaseEntry] = Field(min_length=1)
     options: OptionsAxes = Field(default_factory=OptionsAxes)
-    include: list[Annotated[dict[str, Scalar], AfterValidator(_check_axes)]] = Field(default_factory=list)
+    include: list[IncludeEntry] = Field(default_factory=list)
     exclude: list[Rule] = Field(default_factory=list)
     xfail: list[XfailEntry] = Field(default_factory=list)
     latency: LatencyProtocol = Field(default_factory=LatencyProtocol)
-    threads: int = Field(1, ge=1)
-    cell_timeout_s: float = Field(600, gt=0)
+    threads: int = Field(1, ge=1, le=1024)
+    cell_timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
     install: InstallConfig = Field(default_factory=InstallConfig)
 
     @field_validator("torch", mode="before")
@@ -155,8 +266,6 @@ class Matrix(_Strict):
     @field_validator("cases", mode="before")
     @classmethod
     def _cases(cls, v: Any) -> Any:
-        from harness.probes import GROUPS
-
         out: list[Any] = []
         for x in _as_list(v):
             if isinstance(x, str) and x in GROUPS:
@@ -170,7 +279,30 @@ class Matrix(_Strict):
         labels = [c.label for c in self.cases]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
-            raise ValueError(f"case names must be unique; repeated: {dup} (give each a 'name')")
+            raise _KeyError("cases", f"case names must be unique; repeated: {dup} (give each a 'name')")
+        versions = [t.version for t in self.torch]
+        dup = sorted({x for x in versions if versions.count(x) > 1})
+        if dup:
+            raise _KeyError("torch", f"expected each torch version once; repeated: {dup}")
+        return self
+
+    @model_validator(mode="after")
+    def _include_names_known_things(self) -> "Matrix":
+        """An include entry's runtime and case must be ones the matrix (or the harness) knows."""
+        labels = {r.label for r in self.runtimes}
+        cases = {c.label for c in self.cases}
+        for i, inc in enumerate(self.include):
+            if inc.runtime is not None and inc.runtime not in labels and inc.runtime not in RUNTIMES:
+                raise _KeyError(f"include[{i}].runtime",
+                                f"expected a runtime of this matrix {sorted(labels)} or one of "
+                                f"{sorted(RUNTIMES)} (got {inc.runtime!r})")
+            if inc.case is not None and inc.case not in cases:
+                try:
+                    _check_case_target(inc.case)
+                except ValueError:
+                    raise _KeyError(f"include[{i}].case", f"expected a case of this matrix "
+                                    f"{sorted(cases)}, a built-in probe, 'file.py:function' or "
+                                    f"'package.module:function' (got {inc.case!r})") from None
         return self
 
 
@@ -178,19 +310,30 @@ def _as_list(v: Any) -> Any:
     return v if isinstance(v, list) else [v] if isinstance(v, (str, int, float, dict)) else v
 
 
-def _format_error(path: Path, err: dict, data: Any) -> str:
-    loc = ""
-    node = data
-    for part in err["loc"]:
+class _KeyError(ValueError):
+    """A whole-matrix check that knows the key it is about (pydantic would report '<top>')."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"[{key}] {message}")
+        self.key, self.message = key, message
+
+
+_KEYED = re.compile(r"^\[(?P<key>.+?)\] (?P<msg>.*)$", re.S)
+
+
+def _loc(parts: tuple, data: Any) -> str:
+    """The key path as the user wrote it: a field of a shorthand value ('runtimes: [onnxrt]'
+    validated as {name: onnxrt}) is named by the value's own key ('runtimes[0]')."""
+    loc, node = "", data
+    for part in parts:
+        if isinstance(part, str) and (part.startswith("function-") or "[" in part):
+            continue   # pydantic's names for validator layers and union members, not keys
         if isinstance(part, int):
             loc += f"[{part}]"
         elif isinstance(node, (dict, list)) or not loc:
             loc += f".{part}" if loc else str(part)
         node = node[part] if isinstance(node, (dict, list)) and _has(node, part) else None
-    msg = err["msg"].removeprefix("Value error, ")
-    got = err.get("input")
-    shown = "" if err["type"] == "missing" else f" (got {got!r})"
-    return f"{path}: key '{loc or '<top>'}': {msg}{shown}"
+    return loc
 
 
 def _has(node: Any, part: Any) -> bool:
@@ -199,51 +342,132 @@ def _has(node: Any, part: Any) -> bool:
     return isinstance(part, int) and 0 <= part < len(node)
 
 
-def load_matrix(path: str | Path) -> Matrix:
-    """Read and validate a matrix file; raise ConfigError naming file, key and expectation."""
-    path = Path(path)
+def _format_error(path: Path, err: dict, data: Any) -> str:
+    loc = _loc(err["loc"], data)
+    msg = " ".join(err["msg"].removeprefix("Value error, ").split())
+    if keyed := _KEYED.match(msg):
+        return f"{path}: key '{keyed['key']}': {keyed['msg']}"
+    got = err.get("input")
+    shown = "" if err["type"] == "missing" else f" (got {_short_repr(got)})"
+    return f"{path}: key '{loc or '<top>'}': {msg}{shown}"
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _one_line(path: Path, exc: ValidationError, data: Any) -> str:
+    """The first problem of a file as one line; other keys with problems are named after it."""
+    errors = exc.errors()
+    first = _format_error(path, errors[0], data)
+    keys = [_loc(e["loc"], data) for e in errors]
+    others = [k for k in dict.fromkeys(keys[1:]) if k != keys[0]]
+    return first + (f" (also check: {', '.join(repr(k) for k in others[:5])})" if others else "")
+
+
+def read_config(path: Path) -> Any:
+    """The parsed YAML of a matrix file; ConfigError (one line) for anything that is not one."""
     if not path.exists():
-        raise ConfigError(f"{path}: file not found")
+        raise ConfigError(f"{path}: file not found; expected a matrix file (YAML)")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a matrix file (YAML)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}); expected a readable matrix file") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: byte {exc.start} is not UTF-8 text; expected a matrix file (YAML)") from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: holds NUL bytes (a binary file?); expected a matrix file (YAML)")
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    """Read and validate a matrix file; raise ConfigError (one line naming file, key and
+    expectation). Case files are checked too (exist, define the function), without importing."""
+    path = Path(path)
+    data = read_config(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys torch, exporters, opsets, cases")
+        raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "
+                          f"cases (got {type(data).__name__})")
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
-        lines = [_format_error(path, e, data) for e in exc.errors()]
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(_one_line(path, exc, data)) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
     _resolve_case_files(matrix, path)
     return matrix
 
 
 def _resolve_case_files(matrix: Matrix, path: Path) -> None:
     """Make 'file.py:function' cases absolute: relative to the matrix file, else to the directory
-    the command was started from (nox runs sessions from the project root)."""
+    the command was started from (nox runs sessions from the project root). The file must exist
+    and define the function: both are read with ``ast``, never imported (that needs torch)."""
     bases = [path.resolve().parent]
     invoked = os.environ.get("HARNESS_INVOKED_FROM")
     if invoked:
         bases.append(Path(invoked))
     bases.append(Path.cwd())
-    for i, case in enumerate(matrix.cases):
-        ref = CaseRef.try_parse(case.target)
+    targets = [(f"cases[{i}]", case, "target") for i, case in enumerate(matrix.cases)]
+    targets += [(f"include[{i}].case", inc, "case") for i, inc in enumerate(matrix.include)]
+    for key, holder, attr in targets:
+        ref = CaseRef.try_parse(getattr(holder, attr) or "")
         if ref is None or not ref.is_file:
             continue
         file_part, func = ref.target, ref.function
         candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            # Not fatal here (plans and validation still work); each of its cells fails at export
-            # with this message and a traceback in its log.
-            looked = ", ".join(str(c.parent) for c in candidates)
-            print(f"warning: {path}: key 'cases[{i}]': case file {file_part!r} not found "
-                  f"(looked in {looked})", file=sys.stderr)
-            continue
-        case.target = f"{found.resolve()}:{func}"
+            looked = ", ".join(dict.fromkeys(str(c.parent) for c in candidates))
+            raise ConfigError(f"{path}: key '{key}': expected an existing case file; {file_part!r} "
+                              f"not found (looked in {looked})")
+        if why := _missing_function(found, func):
+            raise ConfigError(f"{path}: key '{key}': expected {found} to define {func}(); {why}")
+        setattr(holder, attr, f"{found.resolve()}:{func}")
+
+
+def _missing_function(file: Path, name: str) -> str | None:
+    """Why ``file`` does not define ``name`` at module level (None when it does), read with ast."""
+    try:
+        tree = ast.parse(file.read_bytes(), str(file))
+    except SyntaxError as exc:
+        return f"it does not parse: {exc.msg} (line {exc.lineno})"
+    except (OSError, ValueError) as exc:
+        return f"it cannot be read ({exc})"
+    defined: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                defined |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            # Definitions under `if`/`try` at module level (optional imports, fallbacks).
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defined.add(sub.name)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    defined.add(sub.id)
+                elif isinstance(sub, ast.alias):
+                    defined.add((sub.asname or sub.name).split(".")[0])
+    if name in defined or "*" in defined:
+        return None
+    funcs = sorted(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return f"it has no top-level {name!r} (functions there: {', '.join(funcs[:10]) or 'none'})"
 
 
 def matrix_hash(matrix: Matrix) -> str:

@@ -99,7 +99,7 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
     for inc in matrix.include:
         base = {"torch": matrix.torch[0].version, "exporter": matrix.exporters[0],
                 "opset": matrix.opsets[0], "runtime": matrix.runtimes[0].label,
-                "case": matrix.cases[0].label, **ExportOptions().to_dict(), **inc}
+                "case": matrix.cases[0].label, **ExportOptions().to_dict(), **inc.axes}
         torch_spec = torch_by_version.get(str(base["torch"])) or TorchSpec(version=str(base["torch"]))
         rt = rt_by_label.get(str(base["runtime"])) or RuntimeSpec(name=str(base["runtime"]))
         case = case_by_label.get(str(base["case"])) or CaseEntry(target=str(base["case"]))

@@ -32,5 +32,11 @@ def parse_only(expr: str | None) -> dict[str, list[str]]:
         key, value = (s.strip() for s in part.split("=", 1))
         if key not in AXES:
             raise ConfigError(f"--only: unknown axis {key!r}; expected one of {list(AXES)}")
-        rule.setdefault(key, []).extend(value.split("|"))
+        for v in value.split("|"):
+            if v.startswith("~"):
+                try:
+                    re.compile(v[1:])
+                except re.error as exc:
+                    raise ConfigError(f"--only: {key}={v!r} is not a valid regular expression ({exc})") from None
+            rule.setdefault(key, []).append(v)
     return rule

@@ -17,6 +17,7 @@ from harness.report.aggregate import (
     torch_bumps,
     torch_sort_key,
 )
+from harness.report.text import md_code, md_text
 
 S = Status
 GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",
@@ -27,9 +28,9 @@ LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ ti
 
 
 def cell_text(row: pd.Series) -> str:
-    text = GLYPHS.get(row["status"], row["status"])
+    text = md_text(GLYPHS.get(row["status"], row["status"]))
     if row["status"] in FAILED and row["stage"]:
-        text += f" {row['stage']}"
+        text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
         text += f" {row['latency']:.3g} ms"
     actual = row["opset_actual"]
@@ -48,9 +49,10 @@ def matrix_tables(df: pd.DataFrame) -> str:
         pivot = sub.pivot_table(index=["case", "exporter", "row_label"], columns="torch",
                                 values="text", aggfunc="first")
         pivot = pivot.reindex(columns=[t for t in torches if t in pivot.columns]).fillna("")
-        table = [[c, e, o, *vals] for (c, e, o), vals in zip(pivot.index, pivot.values.tolist())]
-        headers = ["case", "exporter", "opset", *[f"torch {t}" for t in pivot.columns]]
-        out.append(f"### {runtime}\n\n" + tabulate(table, headers=headers, tablefmt="github"))
+        table = [[md_text(c), md_text(e), md_text(o), *vals]
+                 for (c, e, o), vals in zip(pivot.index, pivot.values.tolist())]
+        headers = ["case", "exporter", "opset", *[f"torch {md_text(t)}" for t in pivot.columns]]
+        out.append(f"### {md_text(runtime)}\n\n" + tabulate(table, headers=headers, tablefmt="github"))
     return "\n\n".join(out)
 
 
@@ -63,34 +65,33 @@ def failures_table(df: pd.DataFrame) -> str:
         first = grp.iloc[0]
         where = ", ".join(sorted({f"{r.case}/{r.exporter}/op{r.opset}" for r in grp.itertuples()}))
         torches = ", ".join(sorted(grp["torch"].unique(), key=torch_sort_key))
-        rows.append([f"`{sig}`", _short(first["stage"], 10), _short(first["error"], 110),
-                     _short(first["hint"], 160), len(grp), torches, _short(where, 120)])
+        rows.append([md_code(sig), _short(first["stage"], 10), _short(first["error"], 110),
+                     _short(first["hint"], 160), len(grp), md_text(torches), _short(where, 120)])
     rows.sort(key=lambda r: -r[4])
     return tabulate(rows, headers=["signature", "stage", "error", "hint", "cells", "torch", "where"],
                     tablefmt="github")
 
 
 def _short(text: Any, n: int) -> str:
-    s = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
-    s = s.replace("|", "\\|").replace("\n", " ")
-    return s if len(s) <= n else s[: n - 1] + "…"
+    return md_text(text, n)
 
 
 def changes_table(changes: pd.DataFrame) -> str:
     """Changed cells grouped under one heading per torch version (or torch bump)."""
     out = []
     for torch, grp in changes.groupby("torch", sort=False):
-        rows = [[r.case, r.exporter, r.opset, r.runtime, r.options, _status(r.before, None),
-                 _status(r.after, r.stage), _short(r.error, 90)] for r in grp.itertuples()]
-        out.append(f"#### torch {torch}\n\n" + tabulate(
+        rows = [[md_text(r.case), md_text(r.exporter), r.opset, md_text(r.runtime), md_text(r.options),
+                 _status(r.before, None), _status(r.after, r.stage), _short(r.error, 90)]
+                for r in grp.itertuples()]
+        out.append(f"#### torch {md_text(torch)}\n\n" + tabulate(
             rows, headers=["case", "exporter", "opset", "runtime", "options", "before", "now", "error"],
             tablefmt="github"))
     return "\n\n".join(out)
 
 
 def _status(status: str, stage: Any) -> str:
-    text = f"{GLYPHS.get(status, '')} {status}"
-    return text + (f" ({stage})" if isinstance(stage, str) and stage else "")
+    text = f"{GLYPHS.get(status, '')} {md_text(status)}"
+    return text + (f" ({md_text(stage)})" if isinstance(stage, str) and stage else "")
 
 
 def changes_section(df: pd.DataFrame, previous: tuple[RunMeta, pd.DataFrame] | None) -> str:
@@ -99,7 +100,7 @@ def changes_section(df: pd.DataFrame, previous: tuple[RunMeta, pd.DataFrame] | N
         return head + "No earlier run in the store shares cells with this one.\n"
     prev_meta, prev = previous
     changes = status_changes(prev, df)
-    head += f"Compared with run `{prev_meta.run_id}` on the cells both ran.\n\n"
+    head += f"Compared with run {md_code(prev_meta.run_id)} on the cells both ran.\n\n"
     if changes.empty:
         return head + "No cell changed status.\n"
     return head + changes_table(changes) + "\n"
@@ -118,11 +119,12 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
                     plots: Iterable[str] = ()) -> str:
     counts = {k: v for k, v in count_by_status(records).items() if v}
     summary = " · ".join(f"{GLYPHS.get(k, '')} {k} {v}" for k, v in counts.items())
-    head = f"# Compatibility matrix: run `{meta.run_id if meta else '?'}`\n\n**{len(records)} cells**: {summary}\n\n"
+    head = (f"# Compatibility matrix: run {md_code(meta.run_id if meta else '?')}\n\n"
+            f"**{len(records)} cells**: {summary}\n\n")
     if not records:
         return head + "No cells were run.\n"
     df = records_frame(records)
-    links = " · ".join(f"[{Path(p).stem}]({p})" for p in plots)
+    links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
             f"## Failures by signature\n\n{failures_table(df)}\n\n"
             f"{bumps_section(df)}{changes_section(df, previous)}"
