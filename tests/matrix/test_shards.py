@@ -338,3 +338,23 @@ def test_two_real_shards_merge_into_the_whole_run(tmp_path):
     assert proc.returncode == 2 and "shard 1/2 is given twice" in proc.stderr
     proc = run_harness("merge", str(tmp_path / "s2"), "--output", str(tmp_path / "one"), check=False)
     assert proc.returncode == 2 and "shard 1/2 missing" in proc.stderr
+
+
+@pytest.mark.e2e
+def test_nightly_workflow_runs_every_shard_locally(tmp_path):
+    """nightly.yml's own steps, run here: the plan job's GitHub JSON feeds a loop over its shards,
+    the merge job joins them; the merged run equals the matrix run whole."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from workflow_local import run_workflow
+
+    config = TESTS / "matrices" / "shards.yaml"
+    result = run_workflow(config, 2, tmp_path / "wf")
+    include = result["matrix"]["include"]
+    assert [e["shard"] for e in include] == ["1/2", "2/2"]
+    assert all(e["runs-on"] == "ubuntu-latest" and e["provider"] == "venv" for e in include)
+    merged = result["merge_dir"] / "reports" / "runs" / "nightly-local"
+    run_harness("matrix", "--config", str(config), "--output", str(tmp_path / "whole"))
+    assert _records(merged) == _records(tmp_path / "whole")
+    assert (result["merge_dir"] / "reports" / "site" / "index.html").exists()
+    # what the next night's plan job splits by: this night's durations
+    assert read_costs(str(result["merge_dir"] / "previous"), tmp_path).cells.keys() == _records(merged).keys()
