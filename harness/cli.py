@@ -15,20 +15,31 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from harness.core.paths import DEFAULT_CONFIG, REPORTS
 from harness.core.record import SchemaError
 from harness.envs.provider import PROVIDERS
 from harness.matrix.rules import ConfigError
 
+if TYPE_CHECKING:
+    from harness.pipeline import MatrixRequest
+
+
+def _request(args: argparse.Namespace, **kw: Any) -> MatrixRequest:
+    from harness.pipeline import MatrixRequest
+
+    return MatrixRequest(args.config, only=args.only, shard=getattr(args, "shard", None),
+                         reports=args.reports, durations=getattr(args, "durations", "auto"),
+                         torch=getattr(args, "torch", None), **kw)
+
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from harness.pipeline import MatrixRequest, run_matrix
+    from harness.pipeline import run_matrix
 
-    run_dir = run_matrix(MatrixRequest(args.config, args.output, args.reports, args.only, args.shard,
-                                       args.provider, args.resume))
+    run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume))
     md = run_dir / "matrix.md"
     console = Console(stderr=True)
     if md.exists() and md.stat().st_size < 20000:
@@ -44,22 +55,80 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from harness.store.merge import merge_runs
     from harness.store.runs import read_run_meta
 
-    run_dir = merge_runs(args.runs, args.output)
+    if args.wait < 0:
+        raise ConfigError(f"--wait: expected seconds >= 0 (got {args.wait})")
+    run_dir = merge_runs(args.runs, args.output, wait_s=args.wait)
     finalize(run_dir, read_run_meta(run_dir), args.reports)
     render_run(run_dir, args.reports)
     print(f"merged {len(args.runs)} shard runs into {run_dir}")
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    from harness.pipeline import MatrixRequest, plan_for
-
-    plan = plan_for(MatrixRequest(args.config, only=args.only, shard=args.shard))
+def _print_plan(plan: Any, out: Any) -> None:
     for env in plan.environments:
-        print(f"{env.env.name}: {' '.join(env.env.packages)}")
+        print(f"{env.env.name}: {' '.join(env.env.packages)}", file=out)
         for cell in env.cells:
-            print(f"  {cell.cell_id}")
-    print(f"{len(plan.cells)} cells in {len(plan.environments)} environments")
+            print(f"  {cell.cell_id}", file=out)
+    print(f"{len(plan.cells)} cells in {len(plan.environments)} environments", file=out)
+
+
+def _plan_args(args: argparse.Namespace) -> list[str]:
+    """The arguments that decide the plan, as a shard job passes them (--config relative to the
+    checkout when it lies inside it, so a job in another checkout or an image finds it)."""
+    from harness.core.paths import PROJECT_ROOT
+
+    config = args.config.resolve()
+    out = ["--config", str(config.relative_to(PROJECT_ROOT) if config.is_relative_to(PROJECT_ROOT) else config)]
+    if args.only:
+        out += ["--only", args.only]
+    if args.torch:
+        out += ["--torch", args.torch]
+    return out
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The plan as text (optionally one shard of it), or sharded for an engine (json, github, k8s)."""
+    import contextlib
+    import json
+
+    from harness.matrix.engines import github_matrix, plan_document, render_k8s
+    from harness.matrix.shards import balance, shard_count
+    from harness.pipeline import load_request_matrix, plan_for, plan_shards
+
+    if args.shard and args.shards is not None:
+        raise ConfigError("plan: give --shard K/N (one shard's cells) or --shards N (the split), not both")
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+        if args.format == "text" and args.shards is None:
+            _print_plan(plan_for(_request(args)), out)
+            return 0
+        if args.shard:
+            raise ConfigError(f"plan: --shard prints one shard as text; for --format {args.format} "
+                              "give --shards N")
+        _, whole = load_request_matrix(_request(args))
+        requested = 1 if args.shards is None else args.shards
+        count = shard_count(whole, requested, args.min_shard_cells) if whole.cells else requested
+        plan, shards, costs = plan_shards(_request(args), count)
+        if args.format == "github":
+            print(json.dumps(github_matrix(shards, args.cpu_runner_label, args.gpu_runner_label),
+                             separators=(",", ":")), file=out)
+            return 0
+        document = plan_document(plan, shards, costs, _plan_args(args), args.cpu_runner_label,
+                                 args.gpu_runner_label)
+        if args.format == "json":
+            print(json.dumps(document, indent=1), file=out)
+        elif args.format == "k8s":
+            print(render_k8s(document, args.image, args.pvc, args.storage, args.gpu_resource or None),
+                  end="", file=out)
+        else:
+            b = balance(shards)
+            for s in shards:
+                runs_on = document["shards"][s.index - 1]["runs-on"]
+                runs_on = runs_on if isinstance(runs_on, str) else ",".join(runs_on)
+                print(f"shard {s.label}: {len(s.cells)} cells, ~{s.estimated_s:.0f} s, runs-on "
+                      f"{runs_on}: {' '.join(s.environments)}", file=out)
+            print(f"{len(plan.cells)} cells in {len(shards)} shards; largest/mean {b['ratio']} "
+                  f"(durations: {costs.source})", file=out)
     return 0
 
 
@@ -102,9 +171,9 @@ def cmd_images(args: argparse.Namespace) -> int:
 
     from harness.envs.docker.provider import DockerProvider
     from harness.envs.provider import EnvironmentBuildError
-    from harness.pipeline import MatrixRequest, plan_for
+    from harness.pipeline import plan_for
 
-    plan = plan_for(MatrixRequest(args.config, only=args.only))
+    plan = plan_for(_request(args))
     provider = DockerProvider(log=Console(stderr=True).print)
     built = failed = 0
     for env_plan in plan.environments:
@@ -163,6 +232,18 @@ def _config(p: argparse.ArgumentParser, default: Path = DEFAULT_CONFIG, only: bo
                        help="filter cells, e.g. torch=2.13.0,exporter=dynamo|torchscript")
 
 
+def _shard_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only shard K of N: environment-affine, balanced by previous durations")
+    p.add_argument("--durations", default="auto",
+                   help="what shards are balanced by: auto (newest finished runs in the store), none "
+                        "(cell count), a run, or a JSON file (plan --format json); every shard of a "
+                        "split needs the same")
+    p.add_argument("--torch", default=None, metavar="V,V",
+                   help="exactly these torch releases, as the gate plans them (unlisted ones get "
+                        "default companion pins)")
+
+
 def _store_option(p: argparse.ArgumentParser) -> None:
     # Also accepted after the subcommand, where `nox -s report -- ...` puts it.
     p.add_argument("--reports", type=Path, default=argparse.SUPPRESS, help="results store (default: reports/)")
@@ -172,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.checks import bench, gpu
     from harness.gate.compare import DEFAULT_PARITY_FACTOR
     from harness.gate.stats import DEFAULT_ALPHA, DEFAULT_RATIO
+    from harness.matrix.engines import GPU_RUNNER, HOSTED_RUNNER
 
     parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=Path, default=REPORTS, help="results store (default: reports/)")
@@ -182,19 +264,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
     p.add_argument("--provider", choices=PROVIDERS, default="venv")
     p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
-    p.add_argument("--shard", default=None, help="run shard K of N (K/N): whole export groups, dealt round-robin")
+    _shard_options(p)
     _store_option(p)
     p.set_defaults(func=cmd_matrix)
 
     p = sub.add_parser("merge", help="merge finished shard runs into one run")
-    p.add_argument("runs", nargs="+", type=Path, help="shard run directories")
-    p.add_argument("--output", type=Path, required=True, help="directory of the merged run (must not exist)")
+    p.add_argument("runs", nargs="+", type=Path, help="shard run directories (every shard of one split)")
+    p.add_argument("--output", type=Path, required=True,
+                   help="directory of the merged run (must not exist or be empty)")
+    p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                   help="wait up to this long for shards still running (Kubernetes; default 0)")
     _store_option(p)
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("plan", help="print environments and cells without running them")
+    p = sub.add_parser("plan", help="print environments and cells without running them; shard them for CI")
     _config(p)
-    p.add_argument("--shard", default=None, help="only shard K of N (K/N)")
+    _shard_options(p)
+    p.add_argument("--shards", type=int, default=None, metavar="N",
+                   help="split into N shards (fewer when more would not shorten the longest one)")
+    p.add_argument("--format", choices=("text", "json", "github", "k8s"), default="text",
+                   help="text (default), json (shards with their cells and durations), github "
+                        "(strategy.matrix JSON), k8s (Indexed Job manifests)")
+    p.add_argument("--min-shard-cells", type=int, default=1, metavar="M",
+                   help="at most one shard per M cells: a small matrix stays one job (default 1)")
+    p.add_argument("--cpu-runner-label", default=HOSTED_RUNNER,
+                   help=f"runs-on of CPU shards (default {HOSTED_RUNNER})")
+    p.add_argument("--gpu-runner-label", default=GPU_RUNNER,
+                   help=f"runs-on of GPU shards, comma-separated labels (default {GPU_RUNNER}); empty: "
+                        "no GPU runner, GPU shards run on the CPU label and their GPU cells are skips")
+    p.add_argument("--image", default="torch-onnx-matrix:latest",
+                   help="k8s: image holding this checkout as its working directory (pip install -e .)")
+    p.add_argument("--pvc", default="torch-onnx-matrix-runs", help="k8s: shared volume claim for shard runs")
+    p.add_argument("--storage", default="200Gi", help="k8s: size of that claim (default 200Gi)")
+    p.add_argument("--gpu-resource", default="",
+                   help="k8s: resource GPU shards request, e.g. nvidia.com/gpu (a second Indexed Job)")
+    p.add_argument("--output", type=Path, default=None, help="write to this file instead of stdout")
+    _store_option(p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("report", help="re-render reports from stored results")
@@ -228,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("images", help="build the Docker images a matrix needs")
     _config(p)
+    _shard_options(p)
+    _store_option(p)
     p.set_defaults(func=cmd_images)
 
     p = sub.add_parser("base-image", help="bootstrap the local base image for offline builds")
