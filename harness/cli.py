@@ -2,7 +2,8 @@
 
 matrix, plan, merge, report, publish, gate, images, base-image, bench, gpu-check; the nox
 sessions of the same names call these. Exit codes: 0 success; 1 a finding (gate regression,
-a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store).
+a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store, a
+run directory held by another runner); 128 + N interrupted by signal N (the run is resumable).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.pipeline import MatrixRequest, run_matrix
 
     run_dir = run_matrix(MatrixRequest(args.config, args.output, args.reports, args.only, args.shard,
-                                       args.provider, args.resume))
+                                       args.provider, args.resume, args.force_resume))
     md = run_dir / "matrix.md"
     console = Console(stderr=True)
     if md.exists() and md.stat().st_size < 20000:
@@ -176,7 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     _config(p)
     p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
     p.add_argument("--provider", choices=PROVIDERS, default="venv")
-    p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished run of this matrix (same matrix hash)")
+    p.add_argument("--force-resume", action="store_true",
+                   help="resume (--output DIR or --resume) even if the run was started from another matrix")
     p.add_argument("--shard", default=None, help="run shard K of N (K/N): whole export groups, dealt round-robin")
     _store_option(p)
     p.set_defaults(func=cmd_matrix)
@@ -265,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, SchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # A run interrupted by SIGTERM/SIGINT/SIGHUP (harness.run.execute.RunInterrupted) has
+        # stopped its workers and stays resumable; the exit code is the shell's for that signal.
+        return 128 + getattr(exc, "signum", 2)
 
 
 if __name__ == "__main__":

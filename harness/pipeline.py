@@ -24,6 +24,7 @@ class MatrixRequest:
     shard: str | None = None
     provider: str = "venv"
     resume: bool = False
+    force_resume: bool = False
 
 
 def plan_for(req: MatrixRequest) -> Plan:
@@ -41,6 +42,7 @@ def run_matrix(req: MatrixRequest) -> Path:
     from harness.run.execute import execute
 
     plan = plan_for(req)
-    run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume)
+    run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume,
+                      req.force_resume)
     render_run(run_dir, req.reports)
     return run_dir
