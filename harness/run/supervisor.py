@@ -432,8 +432,10 @@ class WorkerSupervisor:
         if state.cell:
             group, victims, stage = state.group, [state.cell], None
         else:
-            group = state.group or next((g for g in groups if any(c.cell_id not in state.done
-                                                                  for c in g.cells)), None)
+            def undone(g: ExportGroup | None) -> bool:
+                return g is not None and any(c.cell_id not in state.done for c in g.cells)
+
+            group = state.group if undone(state.group) else next(filter(undone, groups), None)
             if group is None or (state.group is None and not state.done):
                 # The worker died before starting any group: the environment itself is broken.
                 raise EnvironmentBuildError(
