@@ -4,7 +4,8 @@ matrix, plan, merge, report, publish, gate, images, base-image, bench, gpu-check
 sessions of the same names call these. Exit codes: 0 success; 1 a finding (gate regression,
 a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store, an
 environment that cannot be installed); 3 an unexpected error (one line on stderr, the traceback
-in a file it names). The gate never exits 1 but for a regression: any error there is 2.
+in a file it names); 128 + N interrupted by signal N (the run is resumable). The gate never
+exits 1 but for a regression: any error there is 2.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     from harness.pipeline import run_matrix
 
-    run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume))
+    run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume,
+                                    force_resume=args.force_resume))
     md = run_dir / "matrix.md"
     console = Console(stderr=True)
     if md.exists() and md.stat().st_size < 20000:
@@ -263,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     _config(p)
     p.add_argument("--output", type=Path, default=None, help="run directory (default: reports/runs/<run-id>)")
     p.add_argument("--provider", choices=PROVIDERS, default="venv")
-    p.add_argument("--resume", action="store_true", help="continue the newest unfinished run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished run of this matrix (same matrix hash)")
+    p.add_argument("--force-resume", action="store_true",
+                   help="resume (--output DIR or --resume) even if the run was started from another matrix")
     _shard_options(p)
     _store_option(p)
     p.set_defaults(func=cmd_matrix)
@@ -413,9 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, SchemaError) as exc:
         _say(str(exc))
         return BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # A run interrupted by SIGTERM/SIGINT/SIGHUP (harness.run.execute.RunInterrupted) has
+        # stopped its workers and stays resumable; the exit code is the shell's for that signal.
         _say("interrupted")
-        return BAD_INPUT if gate else INTERRUPTED
+        return BAD_INPUT if gate else 128 + getattr(exc, "signum", INTERRUPTED - 128)
     except SystemExit as exc:
         # sys.exit("message") deep inside is bad input; a bare code passes through, except in the
         # gate, whose verdict only run_gate's return value gives.

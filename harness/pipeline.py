@@ -44,6 +44,7 @@ class MatrixRequest:
     resume: bool = False
     durations: str = "auto"        # where shard costs come from: auto | none | run | file
     torch: str | None = None       # "2.6.0,2.13.0": exactly these releases, as the gate plans them
+    force_resume: bool = False     # resume a run even if it was started from another matrix
 
 
 def load_request_matrix(req: MatrixRequest) -> tuple[Matrix, Plan]:
@@ -130,7 +131,8 @@ def run_matrix(req: MatrixRequest) -> Path:
         plan = pick(shards, *shard).plan
         identity = {**shard_identity(full, shards, shard[0]), "durations": costs.source}
     check_installable(plan, req.config, req.provider)
-    run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume)
+    run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume,
+                      req.force_resume)
     if identity is not None:
         meta = read_run_meta(run_dir)
         meta.extra["shard"] = identity

@@ -4,15 +4,28 @@
 place, ``Record.for_cell``. Its ``parity`` and ``latency_ms`` parts are typed (``Parity``,
 ``Latency``) and serialise to the same JSON keys as before. Standard library only: the worker
 imports this inside every environment.
+
+Reading and writing results.jsonl has one validation path, ``Record.from_dict``: every line is
+checked for being JSON, an object, a known schema, and for the type of every field a reader
+relies on; a bad one is a ``RecordError`` naming ``file:line`` and why. What each reader does:
+
+- ``read_records`` / ``iter_records`` (reports, gate, store, merge): a bad line anywhere, or a cell
+  id recorded twice, raises ``RecordError`` (a ``SchemaError``: the CLI prints one line, exit 2).
+  The one exception is a torn tail, a last line without its newline (what a write interrupted by a
+  kill leaves): it is reported on stderr with its byte offset and not read.
+- ``cut_torn_tail`` (the runner, before resuming and before every append): the torn tail is cut
+  off and reported, so a record is only ever appended after a newline; a bad line before it makes
+  the runner refuse to resume (``read_records`` raises).
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from harness.core.cell import CellKey, ExportOptions
 from harness.core.status import Status
@@ -22,6 +35,18 @@ SCHEMA_VERSION = 1
 
 class SchemaError(ValueError):
     """A results file this version cannot read."""
+
+
+class RecordError(SchemaError):
+    """A record that is not one: not JSON, not an object, a field missing or of the wrong type,
+    an unknown status, a cell recorded twice. ``where`` is ``file:line`` once known."""
+
+    def __init__(self, reason: str, where: str | None = None) -> None:
+        super().__init__(f"{where}: {reason}" if where else reason)
+        self.reason, self.where = reason, where
+
+    def at(self, where: str) -> "RecordError":
+        return RecordError(self.reason, where)
 
 
 def _split(cls: type, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -141,8 +166,13 @@ class Record:
         return json.dumps(self.to_dict(), sort_keys=True, default=str)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Record":
+    def from_dict(cls, data: Any) -> "Record":
+        """The one way a stored or received record is read: migrated, then validated (every
+        field a reader relies on has its type); ``RecordError`` says what is wrong."""
+        if not isinstance(data, dict):
+            raise RecordError(f"not a record: expected a JSON object, got {_kind(data)}")
         data = migrate(dict(data))
+        _validate(data)
         known, extra = _split(cls, data)
         rec = cls(**known)
         if extra:
@@ -159,9 +189,88 @@ class Record:
         return CellKey(self.case, self.exporter, int(self.opset), self.runtime, self.export_options)
 
 
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "an integer", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Field → (check, expectation); None is allowed where the expectation says so.
+_STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+_OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or null")
+_OPT_INT = (lambda v: v is None or _is_int(v), "an integer or null")
+_OPT_NUM = (lambda v: v is None or _is_number(v), "a number or null")
+_OPT_OBJ = (lambda v: v is None or isinstance(v, dict), "an object or null")
+_REQUIRED = {"run_id": _STR, "case": _STR, "torch": _STR, "exporter": _STR,
+             "opset": (_is_int, "an integer"), "runtime": _STR}
+_OPTIONAL = {
+    "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STR, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
+    "reason": _OPT_STR, "log": _OPT_STR, "bundle": _OPT_STR, "repro": _OPT_STR,
+    "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
+    "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
+    "duration_s": _OPT_OBJ, "graph": _OPT_OBJ,
+    "notes": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+              "a list of strings"),
+}
+_PARITY = {"max_abs": _OPT_NUM, "max_rel": _OPT_NUM, "atol": _OPT_NUM, "rtol": _OPT_NUM,
+           "shapes": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+                      "a list of objects")}
+_LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv")},
+            "iterations": _OPT_INT, "threads": _OPT_INT,
+            "unstable": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
+            "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
+                        "a list of numbers")}
+
+
+def _check(data: dict[str, Any], spec: dict[str, tuple], prefix: str = "") -> None:
+    for key, (ok, expected) in spec.items():
+        if key in data and not ok(data[key]):
+            raise RecordError(f"'{prefix}{key}' must be {expected} (got {_short(data[key])})")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _validate(data: dict[str, Any]) -> None:
+    """Raise RecordError unless ``data`` (migrated) has what every reader relies on."""
+    for key, (ok, expected) in _REQUIRED.items():
+        if key not in data:
+            raise RecordError(f"'{key}' is missing")
+        if not ok(data[key]):
+            raise RecordError(f"'{key}' must be {expected} (got {_short(data[key])})")
+    if data.get("status") not in {s.value for s in Status}:
+        raise RecordError(f"'status' must be one of {', '.join(s.value for s in Status)} "
+                          f"(got {_short(data.get('status'))})")
+    _check(data, _OPTIONAL)
+    if isinstance(data.get("parity"), dict):
+        _check(data["parity"], _PARITY, "parity.")
+    if isinstance(data.get("latency_ms"), dict):
+        _check(data["latency_ms"], _LATENCY, "latency_ms.")
+    for key in ("options", "parity", "latency_ms", "versions", "duration_s", "graph", "notes"):
+        if data.get(key) is None:
+            data.pop(key, None)   # null means "absent": the dataclass default
+    if not data.get("cell_id"):
+        # A cell's id is a function of its key (records written without one, by hand or by tests).
+        key = CellKey(data["case"], data["exporter"], data["opset"], data["runtime"],
+                      ExportOptions.from_dict(data.get("options")))
+        data["cell_id"] = key.cell_id(data["torch"])
+
+
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
     """Bring an older record up to the current schema; refuse newer ones."""
-    version = int(data.get("schema", 0))
+    version = data.get("schema", 0)
+    if not _is_int(version):
+        raise RecordError(f"'schema' must be an integer (got {_short(version)})")
     if version > SCHEMA_VERSION:
         raise SchemaError(
             f"record has schema {version} but this harness reads up to {SCHEMA_VERSION}: "
@@ -177,37 +286,115 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def append_record(path: Path, record: Record) -> None:
-    """Append one record and make it durable before returning (an interrupted run keeps it)."""
-    line = record.to_json() + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
+def cut_torn_tail(path: Path, warn: Callable[[str], None] | None = None) -> int | None:
+    """Cut a last line that lacks its newline (a write interrupted by a kill); report it through
+    ``warn`` (default: stderr) naming the file and byte offset. Returns that offset, or None."""
+    path = Path(path)
+    try:
+        fh = open(path, "r+b")
+    except FileNotFoundError:
+        return None
+    with fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        # Walk back to the last newline; the bytes after it are the torn line.
+        pos, start = size, 0
+        while pos > 0:
+            step = min(65536, pos)
+            fh.seek(pos - step)
+            chunk = fh.read(step)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                start = pos - step + i + 1
+                break
+            pos -= step
+        fh.seek(start)
+        if _parses(fh.read()):
+            fh.write(b"\n")   # a whole record that only lacks its newline (an edited file): keep it
+            fh.flush()
+            os.fsync(fh.fileno())
+            return None
+        fh.truncate(start)
         fh.flush()
         os.fsync(fh.fileno())
+    (warn or _stderr)(f"warning: {path}: cut a torn last line at byte {start} ({size - start} bytes "
+                      "without a newline, left by an interrupted write)")
+    return start
 
 
-def read_records(path: Path) -> list[Record]:
-    return list(iter_records(path))
+def _parses(raw: bytes) -> bool:
+    try:
+        Record.from_dict(json.loads(raw))
+    except (ValueError, UnicodeDecodeError):   # RecordError and SchemaError are ValueErrors
+        return False
+    return True
 
 
-def iter_records(path: Path) -> Iterator[Record]:
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def append_record(path: Path, record: Record) -> None:
+    """Append one record and make it durable before returning (an interrupted run keeps it).
+
+    The line goes after a newline only: a torn tail is cut (and reported) first, so an appended
+    record is never glued onto the bytes of an interrupted one. One ``write`` of the whole line
+    on an O_APPEND descriptor."""
+    path = Path(path)
+    cut_torn_tail(path)
+    line = (record.to_json() + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: Path, warn: Callable[[str], None] | None = None) -> list[Record]:
+    return list(iter_records(path, warn))
+
+
+def iter_records(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[Record]:
+    """Every record of a results file, validated; ``RecordError`` (file:line and why) for a bad
+    line or a cell id recorded twice. A torn last line is reported through ``warn`` (default:
+    stderr) and skipped: it is what an interrupted write leaves, and resuming cuts it."""
     path = Path(path)
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
+    seen: dict[str, int] = {}
+    with open(path, "rb") as fh:
+        offset = 0
+        for lineno, raw in enumerate(fh, 1):
+            start, offset = offset, offset + len(raw)
+            where = f"{path}:{lineno}"
+            if not raw.endswith(b"\n") and not _parses(raw):
+                (warn or _stderr)(f"warning: {path}: torn last line at byte {start} ({len(raw)} bytes "
+                                  "without a newline, left by an interrupted write): not read")
+                return
+            if not raw.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                # A torn last line from a killed run: everything before it is intact.
-                continue
+                data = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise RecordError(f"not valid JSON ({exc})", where) from None
             try:
-                yield Record.from_dict(data)
+                rec = Record.from_dict(data)
+            except RecordError as exc:
+                raise exc.at(where) from None
             except SchemaError as exc:
-                raise SchemaError(f"{path}:{lineno}: {exc}") from None
+                raise SchemaError(f"{where}: {exc}") from None
+            if rec.cell_id in seen:
+                raise RecordError(f"cell {rec.cell_id} is recorded twice (first at line "
+                                  f"{seen[rec.cell_id]})", where)
+            seen[rec.cell_id] = lineno
+            yield rec
 
 
 def count_by_status(records: Iterable[Record]) -> dict[str, int]:

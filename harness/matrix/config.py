@@ -32,6 +32,7 @@ from harness.probes import GROUPS, PROBES
 from harness.runtimes import RUNTIMES
 
 Scalar = Union[str, int, float, bool]
+LOG_MAX_MB = 20
 
 
 def _check_opset(v: int) -> int:
@@ -251,6 +252,11 @@ class Matrix(_Strict):
     latency: LatencyProtocol = Field(default_factory=LatencyProtocol)
     threads: int = Field(1, ge=1, le=1024)
     cell_timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
+    # Resident memory a worker may reach while it runs a cell (its whole process tree, torch
+    # included); null: half the machine's memory; 0: no limit. Over it: a `crash` "MemoryLimit".
+    cell_memory_mb: int | None = Field(None, ge=0)
+    # Each log (per export group, per worker) keeps its first and last log_max_mb / 2.
+    log_max_mb: float = Field(LOG_MAX_MB, gt=0, allow_inf_nan=False)
     install: InstallConfig = Field(default_factory=InstallConfig)
 
     @field_validator("torch", mode="before")
@@ -470,6 +476,15 @@ def _missing_function(file: Path, name: str) -> str | None:
     return f"it has no top-level {name!r} (functions there: {', '.join(funcs[:10]) or 'none'})"
 
 
+# Keys added after runs were stored: left out of the hash while at their default, so that a run
+# started before they existed still has the hash of the same matrix (resume checks it).
+_LATER_KEYS = {"cell_memory_mb": None, "log_max_mb": LOG_MAX_MB}
+
+
 def matrix_hash(matrix: Matrix) -> str:
-    blob = json.dumps(matrix.model_dump(mode="json"), sort_keys=True)
+    data = matrix.model_dump(mode="json")
+    for key, default in _LATER_KEYS.items():
+        if data.get(key) == default:
+            data.pop(key)
+    blob = json.dumps(data, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

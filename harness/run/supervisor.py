@@ -1,24 +1,62 @@
 """The worker supervisor: runs one environment's export groups in a worker process.
 
-A worker that crashes (segfault, abort) or hangs past the per-cell timeout is killed; the cell it
-was on becomes a `crash` / `timeout` record and a fresh worker continues with the next cell.
+Whatever a case does, the run goes on and every planned cell gets exactly one record:
+
+- a worker that ends without its last event (``bye``): killed by a signal, or exited with any
+  code (a case calling ``sys.exit(0)`` or ``os._exit(0)``), or one that sends an unreadable
+  event, is a death of the cell it was on (of the group's remaining cells during the export). The
+  cell is retried in a fresh worker; a cell that kills ``MAX_DEATHS_PER_CELL`` workers is recorded
+  as ``crash``, and the run moves on (no endless restarts);
+- a worker that makes no progress for ``cell_timeout_s`` is killed and the cell is ``timeout``;
+- a worker whose process tree holds more than ``cell_memory_mb`` of resident memory (polled with
+  psutil) is killed and the cell is ``crash`` with the error ``MemoryLimit: ...``;
+- processes a case leaves behind (``os.fork``, daemons, a child holding the worker's pipes) are
+  killed after each group and when the worker ends: every process of the worker's tree and every
+  process carrying the worker's token in its environment (which survives re-parenting and
+  ``setsid``). A forked process never sends an event (the worker checks its pid; the supervisor
+  also drops events from any other pid), so no record is written twice;
+- the worker's stdout/stderr come through a pipe: each log keeps its first and last
+  ``log_max_mb / 2`` (``LogRelay``), and a bundle gets the capped log.
+
+Each worker runs in its own session (process group): killing it kills its group.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import select
+import shutil
 import signal
 import subprocess
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from harness.core.job import ExportGroup, Job
-from harness.core.record import Record
+from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
 from harness.envs.provider import EnvironmentBuildError, Provider
 from harness.matrix.plan import Cell, EnvPlan, Plan
+from harness.run.worker import (
+    LOG_MAX_ENV,
+    RELAY_ENV,
+    RUNNER_PID_ENV,
+    cut_notice,
+    log_marker,
+)
+
+MAX_DEATHS_PER_CELL = 2      # a cell that kills this many workers is recorded as `crash`
+TOKEN_ENV = "HARNESS_WORKER_TOKEN"
+MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is read
+BYE_GRACE_S = 10.0           # a worker that said bye but does not exit (a case's thread) is killed
+DRAIN_S = 2.0                # how long output of dead processes is read after the worker ended
+MIB = 2 ** 20
 
 
 def planned_record(run_id: str, cell: Cell, env: str, status: Status, **kw: Any) -> Record:
@@ -26,12 +64,152 @@ def planned_record(run_id: str, cell: Cell, env: str, status: Status, **kw: Any)
     return Record.for_cell(run_id, cell.key, cell.torch, env, status, **kw)
 
 
+class CappedLog:
+    """One log file written with a cap: the first half of ``max_bytes`` goes to the file as it
+    comes, the last half is kept in memory (whole chunks, trimmed on close); what falls between is
+    counted and replaced by one line saying how much was cut. A file that already exists (a group
+    retried in a fresh worker) counts towards the head."""
+
+    def __init__(self, path: Path, max_bytes: int | None) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self.fh = open(path, "ab")
+        half = (max_bytes or 0) // 2
+        self.head_left = None if not max_bytes else max(0, half - self.fh.tell())
+        self.tail_max = 0 if not max_bytes else max_bytes - half
+        self.tail: deque[bytes] = deque()
+        self.tail_len = 0
+        self.cut = 0
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.head_left is None:
+            self.fh.write(data)
+            return
+        if self.head_left:
+            n = min(self.head_left, len(data))
+            self.fh.write(data[:n])
+            self.head_left -= n
+            data = data[n:]
+        if data:
+            self.tail.append(data)
+            self.tail_len += len(data)
+            while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_max:
+                dropped = self.tail.popleft()
+                self.tail_len -= len(dropped)
+                self.cut += len(dropped)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def close(self) -> None:
+        if self.fh.closed:
+            return
+        data = b"".join(self.tail)
+        if len(data) > self.tail_max:
+            self.cut += len(data) - self.tail_max
+            data = data[len(data) - self.tail_max:]
+        if self.cut:
+            self.fh.write(cut_notice(self.cut, self.max_bytes or 0))
+        self.fh.write(data)
+        self.fh.close()
+
+
+class LogRelay:
+    """Writes the worker's output stream into capped logs: the worker log, or the log of the group
+    named by the last marker line (``harness.run.worker.log_marker``) in the stream."""
+
+    def __init__(self, worker_log: Path, log_dir: Path, max_bytes: int | None, nonce: str,
+                 known_groups: set[str], on_group_closed: Callable[[str], None]) -> None:
+        self.log_dir, self.max_bytes = log_dir, max_bytes
+        self.prefix = log_marker(nonce, "")[:-1]          # the marker up to the group id
+        self.known = known_groups
+        self.on_group_closed = on_group_closed
+        self.worker = CappedLog(worker_log, max_bytes)
+        self.current = self.worker
+        self.groups: dict[str, CappedLog] = {}
+        self.closed: set[str] = set()
+        self.pending = b""
+
+    def feed(self, data: bytes) -> None:
+        buf = self.pending + data
+        while (i := buf.find(self.prefix)) >= 0:
+            j = buf.find(b"\n", i)
+            if j < 0 and len(buf) - i < 512:
+                break                      # the rest of the marker line is still in the pipe
+            self.current.write(buf[:i])
+            if j < 0:                      # not a marker after all: keep the bytes
+                self.current.write(buf[i:i + 1])
+                buf = buf[i + 1:]
+                continue
+            self._switch(buf[i + len(self.prefix):j].decode(errors="replace"))
+            buf = buf[j + 1:]
+        i = buf.find(self.prefix)
+        keep = len(buf) - i if i >= 0 else self._partial(buf)
+        self.current.write(buf[:len(buf) - keep])
+        self.pending = buf[len(buf) - keep:]
+        self.current.flush()
+
+    def _partial(self, buf: bytes) -> int:
+        """Length of the longest end of ``buf`` that begins a marker."""
+        for k in range(min(len(self.prefix) - 1, len(buf)), 0, -1):
+            if buf.endswith(self.prefix[:k]):
+                return k
+        return 0
+
+    def _switch(self, gid: str) -> None:
+        if gid not in self.known or gid in self.closed:
+            self.current = self.worker     # the worker's own output, or an unknown/forged name
+            return
+        for other in [g for g in self.groups if g != gid]:
+            self._close_group(other)       # groups run one after the other: that one is over
+        if gid not in self.groups:
+            self.groups[gid] = CappedLog(self.log_dir / f"{gid}.log", self.max_bytes)
+        self.current = self.groups[gid]
+
+    def _close_group(self, gid: str) -> None:
+        self.groups.pop(gid).close()
+        self.closed.add(gid)
+        if self.current not in self.groups.values():
+            self.current = self.worker
+        self.on_group_closed(gid)
+
+    def close(self) -> None:
+        self.current.write(self.pending)
+        self.pending = b""
+        for gid in list(self.groups):
+            self._close_group(gid)
+        self.worker.close()
+
+
+@dataclass
+class Death:
+    """Why a worker ended early, and whether that settles the cell at once."""
+
+    status: Status
+    why: str
+    final: bool = False           # timeouts and memory-limit kills are not retried
+
+
+@dataclass
+class AttemptState:
+    groups: dict[str, ExportGroup]
+    pid: int | None = None
+    group: ExportGroup | None = None
+    cell: str | None = None
+    done: set[str] = field(default_factory=set)
+    bye: bool = False
+    groups_started: int = 0
+    bundles: dict[str, list[Path]] = field(default_factory=dict)   # gid → bundle dirs
+
+
 class WorkerSupervisor:
     """Runs one environment's groups in a worker process, restarting it after a crash or hang."""
 
     def __init__(self, provider: Provider, env_plan: EnvPlan, job: Job, cell_timeout_s: float,
                  on_record: Callable[[Record], None],
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 memory_limit_mb: int | None = None, log_max_mb: float | None = None) -> None:
         """``job`` carries everything but the groups, which the supervisor fills per attempt."""
         self.provider, self.env_plan, self.job = provider, env_plan, job
         self.run_id, self.run_dir = job.run_id, Path(job.run_dir)
@@ -39,6 +217,12 @@ class WorkerSupervisor:
         self.on_record = on_record
         self.on_event = on_event or (lambda e: None)
         self.cells = {c.cell_id: c for c in env_plan.cells}
+        self.memory_limit_mb = memory_limit_mb or None
+        self.log_max_bytes = int(log_max_mb * MIB) if log_max_mb else None
+        # A venv worker is a process tree of ours; a container's processes are Docker's (removed
+        # with the container), and its worker writes group logs itself (capped in the worker).
+        self.owns_tree = getattr(provider, "name", "") == "venv"
+        self.deaths: dict[str, list[str]] = {}
 
     def run(self, cells: list[Cell]) -> int:
         """Run ``cells``; returns the number of worker restarts."""
@@ -54,85 +238,274 @@ class WorkerSupervisor:
                 restarts += 1
         return restarts
 
+    # -- one worker process ---------------------------------------------------------------
+
     def _run_worker(self, groups: list[ExportGroup], attempt: int) -> set[str]:
         spec = self.env_plan.env
         jobs = self.run_dir / "jobs"
         jobs.mkdir(parents=True, exist_ok=True)
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
         job_path = self.job.replace(groups=tuple(groups)).write(jobs / f"{spec.name}-{attempt}.json")
-        read_fd, write_fd = os.pipe()
-        log = open(self.run_dir / "logs" / f"worker-{spec.name}.log", "ab")
-        cmd = [*self.provider.worker_command(spec), "--job", str(job_path), "--events-fd", str(write_fd)]
-        proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=log, stderr=subprocess.STDOUT,
-                                env=self.provider.worker_env(spec, self.job.threads),
-                                start_new_session=True)
-        os.close(write_fd)
-        done: set[str] = set()
-        group_by_id = {g.gid: g for g in groups}
-        current_group: ExportGroup | None = None
-        current_cell: str | None = None
-        buf = b""
-        deadline = time.monotonic() + self.cell_timeout_s + 120  # first deadline covers imports
-        outcome: Status | None = None
+        state = AttemptState({g.gid: g for g in groups})
+        token, nonce = secrets.token_hex(8), secrets.token_hex(4)
+        env = {**self.provider.worker_env(spec, self.job.threads), TOKEN_ENV: token,
+               RUNNER_PID_ENV: str(os.getpid())}
+        if self.log_max_bytes:
+            env[LOG_MAX_ENV] = str(self.log_max_bytes)
+        if self.owns_tree:
+            env[RELAY_ENV] = nonce
+        relay = LogRelay(logs / f"worker-{spec.name}.log", logs, self.log_max_bytes, nonce,
+                         set(state.groups), lambda gid: self._group_log_closed(state, relay, gid))
+        events_r, events_w = os.pipe()
+        out_r, out_w = os.pipe()
+        cmd = [*self.provider.worker_command(spec), "--job", str(job_path), "--events-fd", str(events_w)]
         try:
-            while True:
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    outcome = Status.TIMEOUT
-                    break
-                ready, _, _ = select.select([read_fd], [], [], min(wait, 1.0))
-                if not ready:
+            proc = subprocess.Popen(cmd, pass_fds=(events_w,), stdin=subprocess.DEVNULL, stdout=out_w,
+                                    stderr=out_w, env=env, start_new_session=True)
+        except BaseException:
+            for fd in (events_r, events_w, out_r, out_w):
+                os.close(fd)
+            relay.close()
+            raise
+        os.close(events_w)
+        os.close(out_w)
+        death: Death | None = None
+        try:
+            death = self._supervise(proc, events_r, out_r, relay, state, token)
+        finally:
+            self._end_worker(proc, state, token, out_r, relay)
+            os.close(events_r)
+            os.close(out_r)
+        if death is None:
+            missing = [c.cell_id for g in groups for c in g.cells if c.cell_id not in state.done]
+            if not missing:
+                return state.done
+            death = Death(Status.CRASH, "Crash: worker ended without running every cell")
+        self._blame(death, groups, state)
+        return state.done
+
+    def _supervise(self, proc: subprocess.Popen, events_r: int, out_r: int, relay: LogRelay,
+                   state: AttemptState, token: str) -> Death | None:
+        """Read events and output until the worker says bye (None) or ends early (a Death)."""
+        deadline = time.monotonic() + self.cell_timeout_s + 120  # the first covers imports
+        next_poll = 0.0
+        watch = {events_r, out_r}
+        buf = b""
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return Death(Status.TIMEOUT, f"Timeout: no progress within {self.cell_timeout_s:g} s",
+                             final=True)
+            if self.memory_limit_mb and now >= next_poll and self.owns_tree:
+                next_poll = now + MEMORY_POLL_S
+                rss = tree_rss(proc.pid)
+                if rss > self.memory_limit_mb * MIB:
+                    return Death(Status.CRASH, f"MemoryLimit: the worker's processes reached "
+                                 f"{rss / MIB:.0f} MiB, over cell_memory_mb={self.memory_limit_mb}",
+                                 final=True)
+            ready, _, _ = select.select(list(watch), [], [], max(0.0, min(deadline - now, MEMORY_POLL_S)))
+            events_closed = False
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if fd == out_r:
+                    if chunk:
+                        relay.feed(chunk)
+                    else:
+                        watch.discard(out_r)
                     continue
-                chunk = os.read(read_fd, 65536)
                 if not chunk:
-                    proc.wait()
-                    outcome = None if proc.returncode == 0 else Status.CRASH
-                    break
+                    watch.discard(events_r)
+                    events_closed = True
+                    continue
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    event = json.loads(line)
+                    problem = self._event(line, state, proc.pid, token)
+                    if problem:
+                        return Death(Status.CRASH, f"Crash: {problem}")
                     deadline = time.monotonic() + self.cell_timeout_s
-                    kind = event.get("event")
-                    if kind == "group_start":
-                        current_group, current_cell = group_by_id[event["gid"]], None
-                    elif kind == "cell_start":
-                        current_cell = event["cell_id"]
-                    elif kind == "record":
-                        rec = Record.from_dict(event["record"])
-                        done.add(rec.cell_id)
-                        current_cell = None
-                        self.on_record(rec)
-                    self.on_event(event)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            os.close(read_fd)
-            log.close()
-        if outcome is not None and current_group is not None:
-            if outcome is Status.CRASH and proc.returncode is not None and proc.returncode < 0:
-                why = f"worker killed by signal {signal.Signals(-proc.returncode).name}"
-            elif outcome is Status.CRASH:
-                why = f"worker exited with code {proc.returncode}"
-            else:
-                why = f"no progress within {self.cell_timeout_s:g} s"
-            # A crash in the export (no cell started yet) takes every cell of the group with it.
-            victims = [current_cell] if current_cell else [
-                c.cell_id for c in current_group.cells if c.cell_id not in done]
-            stage = Stage.EXPORT.value if not current_cell else None
-            log_path = self.run_dir / "logs" / f"{current_group.gid}.log"
-            for cid in victims:
-                rec = planned_record(self.run_id, self.cells[cid], spec.name, outcome,
-                                     stage=stage, error=f"{outcome.value.capitalize()}: {why}",
-                                     log=str(log_path))
-                done.add(cid)
-                self.on_record(rec)
-        elif outcome is not None and not done:
-            # The worker died before starting any group: the environment itself is broken.
-            raise EnvironmentBuildError(
-                f"worker for {spec.name} {'timed out' if outcome is Status.TIMEOUT else 'died'} "
-                f"before running a cell; see {self.run_dir / 'logs' / f'worker-{spec.name}.log'}")
-        return done
+            if state.bye:
+                return None
+            if events_closed or proc.poll() is not None:
+                # Gone (or its events pipe closed) without its last event: read what it sent.
+                if not events_closed:
+                    buf = self._drain_events(events_r, buf, state, proc.pid, token)
+                if state.bye:
+                    return None
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)   # the pipe closes a moment before the exit is seen
+                return Death(Status.CRASH, f"Crash: {exit_reason(proc)}")
+
+    def _drain_events(self, fd: int, buf: bytes, state: AttemptState, pid: int, token: str) -> bytes:
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if self._event(line, state, pid, token):
+                    return buf
+        return buf
+
+    def _event(self, line: bytes, state: AttemptState, worker_pid: int, token: str) -> str | None:
+        """Apply one event; a protocol problem (the worker cannot be trusted further) as a string."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return f"worker sent an unreadable event ({line[:80]!r})"
+        if not isinstance(event, dict):
+            return f"worker sent an unreadable event ({line[:80]!r})"
+        kind, pid = event.get("event"), event.get("pid")
+        if kind == "hello" and state.pid is None:
+            state.pid = pid
+        elif pid is not None and state.pid is not None and pid != state.pid:
+            return None   # from a process a case forked: never counted
+        if kind == "group_start":
+            group = state.groups.get(event.get("gid"))
+            if group is None:
+                return f"worker started an unknown group {event.get('gid')!r}"
+            if state.groups_started and self.owns_tree:
+                reap(worker_pid, token, keep={worker_pid})   # what the previous group left behind
+            state.groups_started += 1
+            state.group, state.cell = group, None
+        elif kind == "cell_start":
+            cid = event.get("cell_id")
+            if state.group is None or cid not in {c.cell_id for c in state.group.cells}:
+                return f"worker started cell {cid!r} outside its group"
+            state.cell = cid
+        elif kind == "record":
+            try:
+                rec = Record.from_dict(event.get("record"))
+            except SchemaError as exc:
+                return f"worker sent an invalid record: {exc}"
+            if rec.cell_id in state.done or rec.cell_id not in self.cells:
+                return None   # a record twice (or a foreign one) is never written
+            if self.deaths.get(rec.cell_id):
+                rec.notes.append(f"{len(self.deaths[rec.cell_id])} earlier worker(s) died on this "
+                                 f"cell ({'; '.join(self.deaths[rec.cell_id])}); this is the "
+                                 "result of a fresh worker")
+            state.done.add(rec.cell_id)
+            state.cell = None
+            self.on_record(rec)
+            if rec.bundle and state.group is not None:
+                state.bundles.setdefault(state.group.gid, []).append(Path(rec.bundle))
+        elif kind == "bye":
+            state.bye = True
+        self.on_event(event)
+        return None
+
+    def _group_log_closed(self, state: AttemptState, relay: LogRelay, gid: str) -> None:
+        """Bundles get the group's final, capped log (the worker copied it mid-way)."""
+        for bundle in state.bundles.pop(gid, []):
+            with contextlib.suppress(OSError):
+                shutil.copyfile(relay.log_dir / f"{gid}.log", bundle / "cell.log")
+
+    def _end_worker(self, proc: subprocess.Popen, state: AttemptState, token: str, out_r: int,
+                    relay: LogRelay) -> None:
+        """Make sure the worker and everything it started are gone; finish its logs."""
+        if proc.poll() is None and state.bye:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=BYE_GRACE_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)   # its session: the worker and what stayed in it
+        proc.wait()
+        if self.owns_tree:
+            reap(proc.pid, token)
+        # Everything that could write to the output pipe is dead: read it to its end.
+        end = time.monotonic() + DRAIN_S
+        while time.monotonic() < end and select.select([out_r], [], [], max(0.0, end - time.monotonic()))[0]:
+            chunk = os.read(out_r, 1 << 16)
+            if not chunk:
+                break
+            relay.feed(chunk)
+        relay.close()
+        for gid in list(state.bundles):
+            self._group_log_closed(state, relay, gid)
+
+    def _blame(self, death: Death, groups: list[ExportGroup], state: AttemptState) -> None:
+        """Charge a dead worker to the cell it was on, or to its group's remaining cells during
+        the export; a cell charged MAX_DEATHS_PER_CELL times (or once for a final death) gets its
+        record now, the others are retried by the next worker."""
+        spec = self.env_plan.env
+        if state.cell:
+            group, victims, stage = state.group, [state.cell], None
+        else:
+            def undone(g: ExportGroup | None) -> bool:
+                return g is not None and any(c.cell_id not in state.done for c in g.cells)
+
+            group = state.group if undone(state.group) else next(filter(undone, groups), None)
+            if group is None or (state.group is None and not state.done):
+                # The worker died before starting any group: the environment itself is broken.
+                raise EnvironmentBuildError(
+                    f"worker for {spec.name} ended before running a cell ({death.why}); see "
+                    f"{self.run_dir / 'logs' / f'worker-{spec.name}.log'}")
+            victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
+            stage = Stage.EXPORT.value
+        log_path = self.run_dir / "logs" / f"{group.gid}.log"
+        for cid in victims:
+            deaths = self.deaths.setdefault(cid, [])
+            deaths.append(death.why)
+            if not death.final and len(deaths) < MAX_DEATHS_PER_CELL:
+                continue
+            notes = [f"{len(deaths)} workers died on this cell: {'; '.join(deaths)}"] if len(deaths) > 1 else []
+            rec = planned_record(self.run_id, self.cells[cid], spec.name, death.status, stage=stage,
+                                 error=death.why, log=str(log_path), notes=notes)
+            state.done.add(cid)
+            self.on_record(rec)
+
+
+def exit_reason(proc: subprocess.Popen) -> str:
+    code = proc.poll()
+    if code is None:
+        return "worker closed its events pipe"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"worker killed by signal {signal.Signals(-code).name}"
+        return f"worker killed by signal {-code}"
+    return (f"worker exited with code {code} before its last event (did the case call sys.exit() "
+            "or os._exit()?)")
+
+
+def tree_rss(pid: int) -> int:
+    """Resident memory of a process and its descendants, in bytes (0 once it is gone)."""
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def reap(worker_pid: int, token: str, keep: set[int] = frozenset()) -> list[int]:
+    """Kill every process of the worker's tree and every process carrying its token, but those in
+    ``keep``; returns their pids. The token finds processes that left the tree (re-parented to
+    init by a double fork, or in a session of their own)."""
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(worker_pid).children(recursive=True):
+            found[child.pid] = child
+    me = os.getpid()
+    for proc in psutil.process_iter(["environ"]):
+        environ = proc.info.get("environ") or {}
+        if proc.pid != me and proc.pid not in found and environ.get(TOKEN_ENV) == token:
+            found[proc.pid] = proc
+    victims = []
+    for pid, proc in found.items():
+        if pid in keep or pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            proc.kill()
+            victims.append(proc)
+    psutil.wait_procs(victims, timeout=2)
+    return [p.pid for p in victims]
 
 
 def environment_failure_records(run_id: str, env_plan: EnvPlan, cells: list[Cell], exc: Exception) -> list[Record]:

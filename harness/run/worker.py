@@ -3,7 +3,10 @@
 Invoked by the runner as ``python -m harness.run.worker --job JOB.json --events-fd N``. For each
 export group (case, exporter, opset, options) it builds the case, computes eager references,
 exports once, checks the file, then runs every runtime cell of the group. Each finished cell is
-sent to the runner as one JSON event on the events pipe; stdout/stderr of a group go to its log.
+sent to the runner as one JSON event on the events pipe, the last one being ``bye``: a worker
+that ends without it ended early (a case called ``sys.exit`` or ``os._exit``), and the runner
+treats that as a crash. stdout/stderr of a group go to its log (``GroupLogs``). A process that a
+case forks never gets past the next line of worker code (``leave_if_forked``).
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import contextlib
 import faulthandler
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -22,47 +27,185 @@ from harness.core.status import Status
 from harness.run.bundle import write_bundle
 from harness.run.stages import GroupContext, package_versions, run_cell
 
+# The worker's own pid: a process forked by a case returns into this module's code with another
+# pid and must leave at once (``leave_if_forked``), before it writes a log, a bundle or an event.
+_WORKER_PID = os.getpid()
 
-@contextlib.contextmanager
-def redirect_fds(path: Path) -> Iterator[None]:
-    """Send this process's stdout/stderr (Python and C level) to ``path`` for the block."""
+RELAY_ENV = "HARNESS_LOG_RELAY"          # set by the runner: stdout/stderr are its log relay pipe
+LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"    # cap of each log (head and tail kept)
+RUNNER_PID_ENV = "HARNESS_RUNNER_PID"    # die with the runner (Linux: PR_SET_PDEATHSIG)
+_NOTICE_ROOM = 256
+_CUT = re.compile(rb"\n\[\.\.\. (\d+) bytes cut ")
+
+
+def leave_if_forked() -> None:
+    """End a process that a case forked (``os.fork()``) when it comes back into the worker loop:
+    it must not run the next cells, write logs or bundles, or send events on the runner's pipe.
+    ``os._exit``: no atexit handlers, no flush of buffers it shares with the worker."""
+    if os.getpid() != _WORKER_PID:
+        os._exit(0)
+
+
+_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _stop_forked_child_in_harness_code() -> None:
+    """Runs in every process forked from the worker (``os.register_at_fork``): the child goes on
+    running the case's own code (a multiprocessing worker, a daemon), but the moment it calls or
+    returns into harness code it is a copy of the worker loop and ends, before it exports, writes
+    a file or sends an event."""
+    def profile(frame, event, arg) -> None:
+        if frame.f_code is _stop_forked_child_in_harness_code.__code__:
+            return   # this hook itself, run again in a grandchild that inherited the profile
+        if event == "call":
+            here = frame.f_code.co_filename
+        elif event == "return" and frame.f_back is not None:
+            here = frame.f_back.f_code.co_filename
+        else:
+            return
+        if here.startswith(_HARNESS_DIR):
+            os._exit(0)
+
+    sys.setprofile(profile)
+
+
+def log_marker(nonce: str, gid: str) -> bytes:
+    """The line that tells the runner's log relay where the following output belongs (a group's
+    log; '' for the worker log). The nonce keeps a case's own output from passing for one."""
+    return b"\x00harness-log " + nonce.encode() + b" " + gid.encode() + b"\n"
+
+
+def cut_notice(cut: int, max_bytes: int) -> bytes:
+    """What replaces the middle of a log that grew past its cap (parsed back by ``cap_file``)."""
+    return (f"\n[... {cut} bytes cut ({cut / 2**20:.1f} MiB): this log keeps its first and last "
+            f"{max_bytes / 2 / 2**20:g} MiB (log_max_mb) ...]\n").encode()
+
+
+def cap_file(path: Path, max_bytes: int | None) -> None:
+    """Cut the middle of a log longer than ``max_bytes`` in place (first and last halves kept):
+    writers holding it open with O_APPEND go on appending after the tail."""
+    if not max_bytes:
+        return
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if size <= max_bytes + _NOTICE_ROOM:
+        return
+    head, tail = max_bytes // 2, max_bytes - max_bytes // 2
+    with open(path, "r+b") as fh:
+        fh.seek(head)
+        probe = fh.read(_NOTICE_ROOM)
+        cut = size - head - tail
+        # A notice of an earlier cut sits right after the head: add what it cut, minus itself.
+        earlier = _CUT.match(probe)
+        if earlier and (end := probe.find(b"]\n", earlier.end())) >= 0:
+            cut += int(earlier.group(1)) - (end + 2)
+        fh.seek(size - tail)
+        last = fh.read(tail)
+        fh.seek(head)
+        fh.write(cut_notice(cut, max_bytes))
+        fh.write(last)
+        fh.truncate()
+
+
+def _flush_all() -> None:
+    """Flush Python's and C's stdio buffers, so that output lands in the log it was written for."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for f in (fd, *saved):
-            os.close(f)
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
 
 
-def run_job(job: Job, emit) -> None:
+class GroupLogs:
+    """Where the output of a group's blocks (export, each cell) goes.
+
+    Under the runner's relay (``HARNESS_LOG_RELAY``: venv workers) stdout and stderr are a pipe
+    the runner reads; the worker only marks, in that stream, which group the following bytes
+    belong to, and the runner writes each log with its cap (and copies it into bundles). Else
+    (containers, repro) the block's stdout/stderr are redirected to the group's log file, which
+    is capped after each block."""
+
+    def __init__(self, relay: str | None = None, max_bytes: int | None = None) -> None:
+        self.relay, self.max_bytes = relay, max_bytes
+
+    @classmethod
+    def from_env(cls) -> "GroupLogs":
+        cap = os.environ.get(LOG_MAX_ENV, "")
+        return cls(os.environ.get(RELAY_ENV) or None, int(cap) if cap.isdigit() else None)
+
+    @contextlib.contextmanager
+    def block(self, gid: str, path: Path) -> Iterator[None]:
+        if self.relay:
+            _flush_all()
+            os.write(1, log_marker(self.relay, gid))
+            try:
+                yield
+            finally:
+                leave_if_forked()
+                _flush_all()
+                os.write(1, log_marker(self.relay, ""))
+            return
+        _flush_all()
+        saved = os.dup(1), os.dup(2)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        try:
+            yield
+        finally:
+            leave_if_forked()
+            _flush_all()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for f in (fd, *saved):
+                os.close(f)
+            cap_file(path, self.max_bytes)
+
+    def cap(self, path: Path) -> None:
+        """Cap the log now (before a bundle copies it); the relay caps as it writes."""
+        if not self.relay:
+            cap_file(path, self.max_bytes)
+
+
+def die_with_runner() -> None:
+    """Linux: have the kernel SIGKILL this worker when the runner that started it dies (even by
+    SIGKILL), so that no worker outlives its run."""
+    expected = os.environ.get(RUNNER_PID_ENV)
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if str(os.getppid()) != expected:   # the runner died before prctl took effect
+            os._exit(1)
+
+
+def run_job(job: Job, emit, logs: GroupLogs | None = None) -> None:
+    logs = logs or GroupLogs()
     versions = package_versions()
     emit({"event": "hello", "versions": versions, "pid": os.getpid()})
     run_dir = Path(job.run_dir)
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    log_dir = run_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
         for group in job.groups:
             emit({"event": "group_start", "gid": group.gid})
-            log_path = logs / f"{group.gid}.log"
+            log_path = log_dir / f"{group.gid}.log"
             ctx = GroupContext(job, group, Path(tmp))
-            with redirect_fds(log_path):
+            with logs.block(group.gid, log_path):
                 ctx.prepare()
             for cell in group.cells:
                 emit({"event": "cell_start", "cell_id": cell.cell_id})
-                with redirect_fds(log_path):
+                with logs.block(group.gid, log_path):
                     print(f"=== cell {cell.cell_id} ===", flush=True)
                     rec = run_cell(ctx, cell, versions)
                     rec.log = str(log_path)
                     if rec.status is Status.FAIL and job.bundles:
+                        logs.cap(log_path)
                         write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
                 emit({"event": "record", "record": rec.to_dict()})
             for p in Path(tmp).glob(f"{group.gid}.onnx*"):
@@ -75,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events-fd", type=int, default=None)
     parser.add_argument("--print", action="store_true", help="print records (repro mode)")
     args = parser.parse_args(argv)
+    global _WORKER_PID
+    _WORKER_PID = os.getpid()
+    os.register_at_fork(after_in_child=_stop_forked_child_in_harness_code)
+    die_with_runner()
     job = Job.read(args.job)
     faulthandler.enable()
     if args.events_fd is not None:
@@ -83,15 +230,16 @@ def main(argv: list[str] | None = None) -> int:
         stream = sys.stdout
 
     def emit(event: dict[str, Any]) -> None:
+        leave_if_forked()
         if args.print and event.get("event") != "record":
             return
-        payload = event["record"] if args.print else event
+        payload = event["record"] if args.print else {**event, "pid": os.getpid()}
         stream.write(json.dumps(payload, default=str) + "\n")
         stream.flush()
 
     if args.print:
         job = job.replace(bundles=False, run_dir=tempfile.mkdtemp(prefix="harness-repro-"))
-    run_job(job, emit)
+    run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env())
     emit({"event": "bye"})
     return 0
 

@@ -1,11 +1,21 @@
-"""The results store: reports/runs/<run-id>/ with results.jsonl + run.json, an index, a latest pointer."""
+"""The results store: reports/runs/<run-id>/ with results.jsonl + run.json, an index, a latest pointer.
+
+A run directory is written by one runner at a time: ``run_dir_lock`` holds an exclusive lock
+(``filelock``, an flock that the kernel releases when its process dies, so a killed runner never
+leaves a stale lock) and names its holder in ``.runner.json`` for the one that is refused.
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
 
 from harness.core.paths import REPORTS
 from harness.core.record import (
@@ -16,6 +26,49 @@ from harness.core.record import (
     read_records,
 )
 from harness.core.run import RunMeta
+from harness.matrix.rules import ConfigError
+
+LOCK_FILE = ".runner.lock"
+HOLDER_FILE = ".runner.json"
+
+
+class RunDirBusy(ConfigError):
+    """Another runner holds the run directory (exit 2, with its pid)."""
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[Path]:
+    """Hold ``run_dir`` (created if missing) for this process, or raise ``RunDirBusy`` naming the
+    process that does. Everything that writes results.jsonl or run.json runs inside it."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: --output must be a directory (it is a file)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(run_dir / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunDirBusy(f"{run_dir}: in use by another runner ({lock_holder(run_dir)}); "
+                         "wait for it to end, or stop it and resume") from None
+    holder = run_dir / HOLDER_FILE
+    write_json_atomic(holder, {"pid": os.getpid(), "host": socket.gethostname(),
+                               "since": time.time(), "argv": sys.argv})
+    try:
+        yield run_dir
+    finally:
+        with contextlib.suppress(OSError):
+            holder.unlink()
+        lock.release()
+
+
+def lock_holder(run_dir: Path) -> str:
+    """'pid N on HOST since TIME' from the holder file, as far as it can be read."""
+    try:
+        info = json.loads((Path(run_dir) / HOLDER_FILE).read_text())
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["since"])))
+        return f"pid {int(info['pid'])} on {info.get('host', '?')} since {since}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "pid unknown: it has not written .runner.json yet"
 
 
 def runs_root(reports: Path = REPORTS) -> Path:
@@ -40,7 +93,24 @@ def read_run_meta(run_dir: Path) -> RunMeta:
         data = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise SchemaError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict):
+        for key, types, expected in _META_FIELDS:
+            types = types if isinstance(types, tuple) else (types,)
+            value = data.get(key)
+            if key in data and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+                raise SchemaError(f"{path}: '{key}' must be {expected} (got {json.dumps(data[key])[:60]})")
     return RunMeta.from_dict(data, str(path))
+
+
+_NUM = (int, float)
+_META_FIELDS = (
+    ("run_id", str, "a string"), ("schema", int, "an integer"), ("finished", bool, "true or false"),
+    ("matrix_hash", str, "a string"), ("config", str, "a string"), ("harness", str, "a string"),
+    ("started", _NUM, "a number"), ("ended", (*_NUM, type(None)), "a number or null"),
+    ("environments", dict, "an object"), ("plan", dict, "an object"), ("host", dict, "an object"),
+    ("resumed", list, "a list"), ("counts", (dict, type(None)), "an object or null"),
+    ("fingerprint", (dict, type(None)), "an object or null"),
+)
 
 
 def load_run(run_dir: Path) -> tuple[RunMeta, list[Record]]:
@@ -110,10 +180,20 @@ def read_index(reports: Path = REPORTS) -> list[dict[str, Any]]:
     path = reports / "index.json"
     if not path.exists():
         return []
-    index = json.loads(path.read_text())
+    try:
+        index = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path}: not valid JSON ({exc}); delete it, the next finished run "
+                          "rewrites it") from None
+    if not isinstance(index, dict) or not isinstance(index.get("runs", []), list) \
+            or not isinstance(index.get("schema", 1), int):
+        raise SchemaError(f"{path}: expected an object with 'schema' and a list 'runs'; delete it, "
+                          "the next finished run rewrites it")
     if int(index.get("schema", 1)) > SCHEMA_VERSION:
         raise SchemaError(f"{path}: written by a newer harness (schema {index['schema']}); upgrade to read it")
-    return sorted(index.get("runs", []), key=lambda r: r.get("started") or 0)
+    runs = [r for r in index.get("runs", []) if isinstance(r, dict) and isinstance(r.get("run_id"), str)
+            and isinstance(r.get("dir"), str)]
+    return sorted(runs, key=lambda r: r.get("started") if isinstance(r.get("started"), (int, float)) else 0)
 
 
 def torch_counts(records: list[Record]) -> dict[str, dict[str, int]]:

@@ -12,7 +12,7 @@ from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Stage, Status
 from harness.run.stages import StageFailure, _match_feeds, short_error, stage
-from harness.run.worker import redirect_fds, run_job
+from harness.run.worker import GroupLogs, cap_file, run_job
 
 
 def test_stage_turns_exceptions_into_failures_and_times_them():
@@ -53,14 +53,33 @@ def test_match_feeds_by_name_then_by_position():
         _match_feeds({"input_0": a}, ["p", "q"])
 
 
-def test_redirect_fds_captures_c_level_output(tmp_path):
+def test_group_logs_capture_c_level_output_and_cap_the_file(tmp_path):
     log = tmp_path / "log.txt"
-    with redirect_fds(log):
+    logs = GroupLogs(max_bytes=4096)
+    with logs.block("g", log):
         os.write(1, b"from fd 1\n")
         os.write(2, b"from fd 2\n")
     os.write(1, b"after\n")
     text = log.read_text()
     assert "from fd 1" in text and "from fd 2" in text and "after" not in text
+    with logs.block("g", log):
+        os.write(1, b"".join(b"line %05d\n" % i for i in range(10000)))   # 110 kB
+    data = log.read_bytes()
+    assert data.startswith(b"from fd 1") and data.endswith(b"line 09999\n")
+    assert len(data) < 4096 + 256 and b"bytes cut" in data
+
+
+def test_cap_file_counts_every_cut(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"a" * 10000)
+    cap_file(log, 1000)
+    with open(log, "ab") as fh:
+        fh.write(b"b" * 5000)
+    cap_file(log, 1000)
+    data = log.read_bytes()
+    assert data.startswith(b"a" * 500) and data.endswith(b"b" * 500)
+    # 10000 + 5000 bytes written, 1000 kept: 14000 cut in all, said in one notice.
+    assert data.count(b"bytes cut") == 1 and b"[... 14000 bytes cut" in data
 
 
 def test_run_job_emits_one_record_per_cell(tmp_path):

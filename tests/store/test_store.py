@@ -1,19 +1,26 @@
-"""The results store: run directories, the index, the latest pointer, report-only writes."""
+"""The results store: run directories, the index, the latest pointer, report-only writes, one
+runner per run directory, and readers that refuse corrupt files with file:line (exit 2)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
-from helpers import BOTH, FIXTURES, HOSTILE, OLD, make_store
+from helpers import BOTH, FIXTURES, HOSTILE, OLD, ROOT, make_store
 
 from harness.core.record import SchemaError
+from harness.matrix.rules import ConfigError
 from harness.store.runs import (
+    RunDirBusy,
     cell_log_path,
     list_runs,
     load_run,
     read_index,
     resolve_run,
+    run_dir_lock,
     update_index,
     write_report_file,
 )
@@ -86,3 +93,73 @@ def test_cell_logs_are_found_after_the_run_moved(tmp_path):
     failed = next(r for r in records if r.status == "fail")
     assert cell_log_path(run, failed) == run / "logs" / failed.log.split("/")[-1]
     assert cell_log_path(run, next(r for r in records if r.status == "pass")) is None  # not kept
+
+
+def test_a_run_directory_has_one_runner_at_a_time(tmp_path):
+    run = tmp_path / "run"
+    with run_dir_lock(run):
+        holder = json.loads((run / ".runner.json").read_text())
+        assert holder["pid"] == os.getpid()
+        with pytest.raises(RunDirBusy, match=rf"in use by another runner \(pid {os.getpid()} on "):
+            with run_dir_lock(run):
+                pass
+    with run_dir_lock(run):      # released with its holder
+        pass
+    assert not (run / ".runner.json").exists()
+
+
+def test_the_lock_dies_with_its_process(tmp_path):
+    """A runner killed with SIGKILL leaves no stale lock: the kernel drops its flock."""
+    run = tmp_path / "run"
+    code = ("import sys, os; from pathlib import Path; from harness.store.runs import run_dir_lock\n"
+            f"with run_dir_lock(Path({str(run)!r})): os.kill(os.getpid(), 9)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT)
+    assert proc.returncode == -9 and (run / ".runner.json").exists()   # its holder file stays...
+    with run_dir_lock(run):                                             # ...but not the lock
+        pass
+
+
+def test_output_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="must be a directory"):
+        with run_dir_lock(tmp_path / "f"):
+            pass
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{", "not valid JSON"),
+    ("[1, 2]", "not a run's metadata"),
+    ('{"run_id": "x", "schema": "abc"}', "'schema' must be an integer"),
+    ('{"run_id": "x", "finished": "yes"}', "'finished' must be true or false"),
+    ('{"run_id": "x", "environments": []}', "'environments' must be an object"),
+])
+def test_an_invalid_run_json_is_a_schema_error(tmp_path, content, why):
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / BOTH, run)
+    (run / "run.json").write_text(content)
+    with pytest.raises(SchemaError, match=why):
+        load_run(run)
+
+
+def test_an_invalid_index_is_a_schema_error(tmp_path):
+    store = make_store(tmp_path)
+    (store / "index.json").write_text("{ nope")
+    with pytest.raises(SchemaError, match="index.json: not valid JSON"):
+        read_index(store)
+    (store / "index.json").write_text('{"schema": 1, "runs": [1, {"run_id": "a"}]}')
+    assert read_index(store) == []      # entries that are not runs are not listed
+
+
+@pytest.mark.parametrize("line", ["[1,2,3]", "DUPLICATE"])
+def test_report_on_a_corrupt_run_is_one_line_and_exit_2(tmp_path, line):
+    store = make_store(tmp_path)
+    run = store / "runs" / BOTH
+    lines = (run / "results.jsonl").read_text().splitlines()
+    bad = lines[0] if line == "DUPLICATE" else line
+    (run / "results.jsonl").write_text("\n".join([*lines[:5], bad, *lines[5:]]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "harness", "report", str(run), "--reports", str(store)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (message,) = proc.stderr.strip().splitlines()
+    assert message.startswith(f"error: {run / 'results.jsonl'}:6: ")
