@@ -7,11 +7,12 @@ them are the ones checked out now (the fingerprint), so a gate never compares di
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.record import Record
+from harness.core.record import Record, SchemaError
 from harness.core.status import Status
 from harness.envs.provider import EnvironmentBuildError
 from harness.matrix.config import Matrix, TorchSpec
@@ -114,11 +115,16 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[
     found: dict[str, Record] = {}
     prints: dict[str, dict] = {}
     for run_dir in reversed(list_runs(reports)):
-        meta = read_run_meta(run_dir)
-        fp = run_fingerprint(run_dir, meta)
-        if not meta.finished or not fp:
+        try:
+            meta = read_run_meta(run_dir)
+            fp = run_fingerprint(run_dir, meta)
+            if not meta.finished or not fp:
+                continue
+            _, records = load_run(run_dir)
+        except (SchemaError, ValueError, OSError) as exc:
+            # One damaged run must not block every later gate: its cells are run again instead.
+            print(f"warning: skipping stored run {run_dir.name}: {exc}", file=sys.stderr)
             continue
-        _, records = load_run(run_dir)
         for rec in records:
             if is_environment_failure(rec):
                 continue

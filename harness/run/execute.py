@@ -49,6 +49,7 @@ from harness.run.supervisor import (
 )
 from harness.store.provenance import fingerprint
 from harness.store.runs import (
+    claim_new_run,
     list_runs,
     new_run_id,
     read_run_meta,
@@ -215,8 +216,7 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
     if target is None and resume:
         target = resumable_run(reports, mhash, config_path, force_resume)
     if target is None:
-        run_id = new_run_id(mhash)
-        target = reports / "runs" / run_id
+        run_id, target = claim_new_run(reports, mhash)
     with interruptible(), run_dir_lock(target):
         run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
                                               force_resume, run_id)

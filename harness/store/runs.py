@@ -79,6 +79,23 @@ def new_run_id(matrix_hash: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{matrix_hash[:6]}"
 
 
+def claim_new_run(reports: Path, matrix_hash: str) -> tuple[str, Path]:
+    """A fresh run id and its directory in the store, created atomically: two runs of one matrix
+    started within the same second (a gate's two sides, concurrent CI jobs) get distinct ids
+    (``…-7d340d``, ``…-7d340d-2``) and never share a directory."""
+    base = new_run_id(matrix_hash)
+    root = runs_root(reports)
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        run_id = base if n == 1 else f"{base}-{n}"
+        try:
+            (root / run_id).mkdir()
+        except FileExistsError:
+            continue
+        return run_id, root / run_id
+    raise RuntimeError(f"{root}: no free run id for {base}")
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
