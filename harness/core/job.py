@@ -21,24 +21,46 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LatencyProtocol:
-    """How a passing cell is timed (matrix.yaml's ``latency``; DESIGN.md "Measurement")."""
+    """How a passing cell is timed (matrix.yaml's ``latency``; ``harness.run.latency``).
+
+    Warm-up ends on stability: once ``warmup_runs`` calls and ``warmup_s`` have passed and the
+    medians of the last ``warmup_windows`` windows (each >= ``warmup_window_runs`` calls and
+    >= ``warmup_window_s``) agree within ``warmup_tolerance``, or after ``warmup_max_s``. Sampling
+    stops when the ``confidence`` interval of the median lies within ±``rel_ci`` of it after at
+    least ``min_runs`` calls and ``min_time_s`` ("converged"), or at ``max_time_s`` ("time_cap")
+    or ``max_runs`` ("max_runs").
+    """
 
     enabled: bool = True
     warmup_runs: int = 10
-    warmup_s: float = 0.2
+    warmup_s: float = 0.05
+    warmup_max_s: float = 2.0
+    warmup_windows: int = 3
+    warmup_window_runs: int = 10
+    warmup_window_s: float = 0.01
+    warmup_tolerance: float = 0.02
     min_runs: int = 200
-    min_time_s: float = 1.0
-    max_time_s: float = 30.0
+    min_time_s: float = 0.1
+    max_time_s: float = 10.0
+    max_runs: int = 1_000_000
+    rel_ci: float = 0.01
+    confidence: float = 0.95
     unstable_cv: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("warmup_runs", "warmup_s", "min_time_s"):
+        for name in ("warmup_runs", "warmup_s", "warmup_max_s", "warmup_window_s", "warmup_tolerance",
+                     "min_time_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if self.min_runs < 1:
-            raise ValueError("min_runs must be >= 1")
-        if self.max_time_s <= 0 or self.unstable_cv <= 0:
-            raise ValueError("max_time_s and unstable_cv must be > 0")
+        for name in ("min_runs", "warmup_windows", "warmup_window_runs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.max_runs < self.min_runs:
+            raise ValueError("max_runs must be >= min_runs")
+        if self.max_time_s <= 0 or self.unstable_cv <= 0 or self.rel_ci <= 0:
+            raise ValueError("max_time_s, rel_ci and unstable_cv must be > 0")
+        if not 0 < self.confidence < 1:
+            raise ValueError("confidence must be between 0 and 1")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "LatencyProtocol":

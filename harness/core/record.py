@@ -81,7 +81,14 @@ class Parity:
 
 @dataclass
 class Latency:
-    """Latency summary in milliseconds (see ``harness.run.latency``) with its raw samples."""
+    """Latency summary in milliseconds (see ``harness.run.latency``) with a bounded sample.
+
+    ``ci_low``/``ci_high``: the confidence interval of the median (order statistics);
+    ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``floor_ms``: the
+    runtime binding's own per-call median on an identity model. ``samples``: every value up to
+    1,000 in time order, beyond that 1,000 evenly spaced order statistics; records written before
+    these keys existed keep all their samples and lack the other keys.
+    """
 
     median: float | None = None
     p90: float | None = None
@@ -92,6 +99,13 @@ class Latency:
     unstable: bool | None = None
     iterations: int | None = None
     threads: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    stop: str | None = None
+    warmup_iterations: int | None = None
+    warmup_stable: bool | None = None
+    floor_ms: float | None = None
     samples: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -107,6 +121,13 @@ class Latency:
 
     def __bool__(self) -> bool:
         return self.median is not None or bool(self.extra)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The recorded confidence interval of the median, or None (records before it existed)."""
+        if self.ci_low is None or self.ci_high is None:
+            return None
+        return self.ci_low, self.ci_high
 
 
 @dataclass

@@ -19,7 +19,9 @@ from harness.gate.stats import (
     DEFAULT_ALPHA,
     DEFAULT_RATIO,
     LatencyChange,
+    compare_intervals,
     compare_latency,
+    mann_whitney_u,
 )
 from harness.run.annotate import Annotator
 from harness.store.provenance import same_code
@@ -83,7 +85,8 @@ class CellComparison:
             "baseline": _side_dict(self.base), "candidate": _side_dict(self.cand),
             "latency": None if lat is None else {"ratio": lat.ratio, "p_value": lat.p_value,
                                                  "base_median": lat.base_median,
-                                                 "cand_median": lat.cand_median},
+                                                 "cand_median": lat.cand_median, "method": lat.method,
+                                                 "intervals": lat.intervals},
             "remeasured": self.remeasured, "notes": self.notes,
         }
 
@@ -140,10 +143,25 @@ def compare_parity(base: Record, cand: Record, factor: float) -> str | None:
 
 
 def compare_timing(base: Record, cand: Record, settings: Settings) -> LatencyChange | None:
-    bs, cs = base.latency_ms.samples, cand.latency_ms.samples
-    if not bs or not cs or base.latency_ms.threads != cand.latency_ms.threads:
+    """Recorded medians and intervals where both records have them; else the samples (records
+    written before intervals were recorded)."""
+    b, c = base.latency_ms, cand.latency_ms
+    if b.threads != c.threads:
         return None
-    return compare_latency(bs, cs, settings.latency_threshold, settings.alpha)
+    if b.interval and c.interval and b.median is not None and c.median is not None:
+        p = mann_whitney_u(c.samples, b.samples).p_value if len(b.samples) > 1 and len(c.samples) > 1 else None
+        return compare_intervals(b.median, b.interval, c.median, c.interval, settings.latency_threshold, p)
+    if not b.samples or not c.samples:
+        return None
+    return compare_latency(b.samples, c.samples, settings.latency_threshold, settings.alpha)
+
+
+def timing_detail(lat: LatencyChange) -> str:
+    if lat.method == "interval" and lat.intervals:
+        (bl, bh), (cl, ch) = lat.intervals
+        return (f"median ×{lat.ratio:.2f} (median intervals {bl:.3g}–{bh:.3g} → {cl:.3g}–{ch:.3g} ms, "
+                "no overlap)")
+    return f"median ×{lat.ratio:.2f} (p={lat.p_value:.2g})"
 
 
 def compare_cell(key: CellKey, base: Record | None, cand: Record | None, settings: Settings,
@@ -163,8 +181,7 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
         return CellComparison(key, Verdict.PARITY_DRIFT, base, cand, drift, lat)
     if lat is not None and lat.significant:
         verdict = Verdict.SLOWER if lat.slower else Verdict.FASTER
-        return CellComparison(key, verdict, base, cand, f"median ×{lat.ratio:.2f} (p={lat.p_value:.2g})",
-                              lat)
+        return CellComparison(key, verdict, base, cand, timing_detail(lat), lat)
     return CellComparison(key, Verdict.UNCHANGED, base, cand, "", lat)
 
 

@@ -20,6 +20,8 @@ CELL_KEY = list(CELL_COLUMNS)
 PASSED = [s.value for s in Status if s.passed]
 # Shown as failures in tables (with their stage and signature): failed, crashed, hung, or known.
 FAILED = [s.value for s in Status if s.is_failure] + [Status.XFAIL.value]
+# Latencies this small are mostly the runtime binding's own per-call cost: shown with its floor.
+FLOOR_SHOWN_BELOW_MS = 0.1
 
 
 def records_frame(records: Iterable[Record]) -> pd.DataFrame:
@@ -30,13 +32,30 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "runtime": r.runtime, "options": r.key.options.label, "status": r.status.value,
             "stage": r.stage, "error": r.error, "signature": r.signature, "hint": r.hint,
             "opset_actual": r.opset_actual, "latency": r.latency_ms.median,
+            "floor": r.latency_ms.floor_ms,
             "max_abs": r.parity.max_abs, "reason": r.reason, "cell_id": r.cell_id,
             "bundle": r.bundle, "repro": r.repro,
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
-               "signature", "hint", "opset_actual", "latency", "max_abs", "reason", "cell_id",
+               "signature", "hint", "opset_actual", "latency", "floor", "max_abs", "reason", "cell_id",
                "bundle", "repro"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def latency_text(latency: float, floor: Any) -> str:
+    """'0.012 ms', or '0.012 ms (floor 0.009)' below FLOOR_SHOWN_BELOW_MS where a floor was recorded."""
+    text = f"{latency:.3g} ms"
+    if floor is not None and pd.notna(floor) and latency < FLOOR_SHOWN_BELOW_MS:
+        text += f" (floor {floor:.2g})"
+    return text
+
+
+def floor_note(df: pd.DataFrame) -> str:
+    """The legend's explanation of the floor, only for runs that recorded one."""
+    if "floor" not in df or not df["floor"].notna().any():
+        return ""
+    return (f" · (floor …): the runtime binding's own per-call median on an identity model, shown "
+            f"below {FLOOR_SHOWN_BELOW_MS:g} ms")
 
 
 def torch_sort_key(v: str) -> Version:

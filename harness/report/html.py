@@ -25,7 +25,9 @@ from harness.report import plots
 from harness.report.aggregate import (
     AXES,
     FAILED,
+    floor_note,
     history,
+    latency_text,
     previous_run,
     records_frame,
     sorted_torch,
@@ -120,7 +122,7 @@ def cell_details(run_dir: Path, rec: Record) -> dict[str, Any]:
 
 def html_cell_text(row: pd.Series) -> str:
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        return f"{row['latency']:.3g} ms"
+        return latency_text(row["latency"], row.get("floor"))
     stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != Status.PASS else ""
     return row["status"] + (f" · {stage}" if stage else "")
 
@@ -191,7 +193,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     changes = status_changes(previous[1], df) if previous is not None else None
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
-        legend=LEGEND, torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
         failures=failure_groups(df), summaries={a: _table(t) for a, t in summaries(df).items()},

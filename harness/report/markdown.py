@@ -12,6 +12,8 @@ from harness.core.run import RunMeta
 from harness.core.status import Status
 from harness.report.aggregate import (
     FAILED,
+    floor_note,
+    latency_text,
     records_frame,
     status_changes,
     torch_bumps,
@@ -32,7 +34,7 @@ def cell_text(row: pd.Series) -> str:
     if row["status"] in FAILED and row["stage"]:
         text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        text += f" {row['latency']:.3g} ms"
+        text += " " + latency_text(row["latency"], row.get("floor"))
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"
@@ -125,7 +127,13 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
         return head + "No cells were run.\n"
     df = records_frame(records)
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
-    return (head + f"Legend: {LEGEND}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
+    return (head + f"Legend: {LEGEND}{floor_note(df)}
+
+## Matrix
+
+{matrix_tables(df)}
+
+"
             f"## Failures by signature\n\n{failures_table(df)}\n\n"
             f"{bumps_section(df)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

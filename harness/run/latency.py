@@ -1,41 +1,166 @@
-"""Latency protocol (DESIGN.md): warm-up, then enough timed runs; robust statistics."""
+"""Latency protocol: warm up until stable, then sample until the median is known well enough.
+
+Warm-up runs windows of calls (each >= ``warmup_window_runs`` calls and >= ``warmup_window_s``)
+and ends once the medians of the last ``warmup_windows`` windows agree within
+``warmup_tolerance`` (and at least ``warmup_runs`` calls and ``warmup_s`` have passed), or at
+``warmup_max_s``. Sampling then times one call at a time and stops when the distribution-free
+confidence interval of the median (order statistics, exact binomial ranks) lies within ±``rel_ci``
+of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged"), or at
+``max_time_s`` ("time_cap") or ``max_runs`` ("max_runs").
+
+A record keeps a bounded sample (``bounded_sample``): every value up to ``MAX_KEPT`` in time
+order, beyond that ``MAX_KEPT`` evenly spaced order statistics (minimum and maximum included),
+so a record stays small and the gate's rank test still sees the whole distribution's shape.
+
+Worker side: standard library only (no scipy in the environments); the interval is checked
+against ``scipy.stats.binom`` in the tests.
+"""
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency
 
+MAX_KEPT = 1000
+# Binding floors measured in this process, per (runtime, threads): one identity model each.
+_FLOORS: dict[tuple[str, int | None], float | None] = {}
+
+
+def median_ci_rank(n: int, confidence: float = 0.95) -> int | None:
+    """The 1-based rank j such that [x_(j), x_(n+1-j)] of n sorted samples covers the median
+    with probability >= ``confidence`` for any continuous distribution: the largest j with
+    P(Bin(n, 1/2) <= j - 1) <= (1 - confidence) / 2. None when n is too small for that.
+
+    Walks down from the middle of Bin(n, 1/2) with the pmf recurrence: O(sqrt(n)) steps."""
+    if n < 1:
+        return None
+    tail = (1 - confidence) / 2
+    k = n // 2
+    pmf = math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2))
+    cdf = 0.5 + pmf / 2 if n % 2 == 0 else 0.5   # P(X <= n // 2), by symmetry
+    while cdf > tail and k >= 0:
+        cdf -= pmf                      # now P(X <= k - 1)
+        pmf *= k / (n - k + 1)          # pmf(k - 1)
+        k -= 1
+    j = k + 1
+    return j if j >= 1 else None
+
+
+def median_interval(ordered: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """The order-statistic confidence interval of the median of already sorted samples."""
+    j = median_ci_rank(len(ordered), confidence)
+    if j is None:
+        return None
+    return ordered[j - 1], ordered[len(ordered) - j]
+
+
+def converged(ordered: Sequence[float], rel: float, confidence: float = 0.95) -> bool:
+    """Whether the median's interval lies within ±rel of the median."""
+    interval = median_interval(ordered, confidence)
+    if interval is None:
+        return False
+    median = statistics.median(ordered)
+    return interval[0] >= median * (1 - rel) and interval[1] <= median * (1 + rel)
+
+
+def bounded_sample(samples: Sequence[float], keep: int = MAX_KEPT) -> list[float]:
+    """Every sample when there are at most ``keep`` (time order), else ``keep`` evenly spaced
+    order statistics from the minimum to the maximum; values rounded to 6 significant digits."""
+    if len(samples) <= keep:
+        chosen = list(samples)
+    else:
+        ordered, n = sorted(samples), len(samples)
+        chosen = [ordered[round(i * (n - 1) / (keep - 1))] for i in range(keep)]
+    return [float(f"{s:.6g}") for s in chosen]
+
+
+def warm_up(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[int, bool]:
+    """Call ``fn`` until consecutive window medians agree; returns (calls, whether stable)."""
+    p = protocol
+    start = window_start = time.perf_counter()
+    medians: list[float] = []
+    window: list[float] = []
+    n = 0
+    while True:
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        window.append(t1 - t0)
+        n += 1
+        if len(window) >= p.warmup_window_runs and t1 - window_start >= p.warmup_window_s:
+            medians.append(statistics.median(window))
+            window, window_start = [], t1
+            recent = medians[-p.warmup_windows:]
+            if (n >= p.warmup_runs and t1 - start >= p.warmup_s and len(recent) == p.warmup_windows
+                    and max(recent) <= min(recent) * (1 + p.warmup_tolerance)):
+                return n, True
+        if t1 - start >= p.warmup_max_s:
+            return n, False
+
+
+def take_samples(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[list[float], str]:
+    """Time single calls (milliseconds) until the median converges or a cap; (samples, stop)."""
+    p = protocol
+    samples: list[float] = []
+    start = time.perf_counter()
+    next_check = p.min_runs
+    while True:
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        samples.append((t1 - t0) * 1e3)
+        n = len(samples)
+        if n >= next_check and t1 - start >= p.min_time_s:
+            if converged(sorted(samples), p.rel_ci, p.confidence):
+                return samples, "converged"
+            next_check = n + max(1, n // 10)   # re-check as the sample grows by 10 %
+        if t1 - start >= p.max_time_s:
+            return samples, "time_cap"
+        if n >= p.max_runs:
+            return samples, "max_runs"
+
 
 def measure(fn: Callable[[], Any], protocol: LatencyProtocol, threads: int | None = None) -> Latency:
     """Time ``fn`` (one synchronous inference) and summarise in milliseconds."""
-    start = time.perf_counter()
-    n = 0
-    while n < protocol.warmup_runs or time.perf_counter() - start < protocol.warmup_s:
-        fn()
-        n += 1
-        if time.perf_counter() - start > protocol.max_time_s:
-            break
-    samples: list[float] = []
-    start = time.perf_counter()
-    while len(samples) < protocol.min_runs or time.perf_counter() - start < protocol.min_time_s:
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-        if time.perf_counter() - start > protocol.max_time_s:
-            break
-    return summarize(samples, threads, protocol.unstable_cv)
+    warm_runs, stable = warm_up(fn, protocol)
+    samples, stop = take_samples(fn, protocol)
+    lat = summarize(samples, threads, protocol.unstable_cv, protocol.confidence)
+    lat.stop, lat.warmup_iterations, lat.warmup_stable = stop, warm_runs, stable
+    return lat
 
 
-def summarize(samples: list[float], threads: int | None = None, unstable_cv: float = 0.05) -> Latency:
+def summarize(samples: Sequence[float], threads: int | None = None, unstable_cv: float = 0.05,
+              confidence: float = 0.95) -> Latency:
+    """Robust statistics of all samples; the record keeps a bounded sample of them."""
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=10) if len(ordered) >= 2 else [ordered[0]] * 9
     quart = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
     mean = statistics.fmean(ordered)
     cv = statistics.pstdev(ordered) / mean if mean > 0 else 0.0
+    interval = median_interval(ordered, confidence)
     return Latency(median=statistics.median(ordered), p90=q[8], min=ordered[0], mean=mean,
                    iqr=quart[2] - quart[0], cv=cv, unstable=cv > unstable_cv,
                    iterations=len(ordered), threads=threads,
-                   samples=[round(s, 5) for s in samples])
+                   ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None,
+                   confidence=confidence if interval else None,
+                   samples=bounded_sample(samples))
+
+
+def runtime_floor(adapter_cls: type, protocol: LatencyProtocol, threads: int | None) -> float | None:
+    """Median per-call time (ms) of the runtime's binding on an identity model, measured once per
+    process and runtime with the cell's protocol; None (and a log line) where it cannot run."""
+    key = (adapter_cls.name, threads)
+    if key not in _FLOORS:
+        from harness.runtimes.floor import identity_call
+
+        try:
+            with identity_call(adapter_cls, threads) as call:
+                _FLOORS[key] = measure(call, protocol, threads).median
+        except Exception as exc:  # noqa: BLE001 - the floor is context for a latency, never a verdict
+            print(f"binding floor of {adapter_cls.name} not measured: {type(exc).__name__}: {exc}", flush=True)
+            _FLOORS[key] = None
+    return _FLOORS[key]

@@ -151,7 +151,7 @@ class GroupContext:
 
 
 def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Record:
-    from harness.run.latency import measure
+    from harness.run.latency import measure, runtime_floor
     from harness.run.parity import compare_outputs
     from harness.runtimes import load_adapter
 
@@ -202,6 +202,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             if job.latency.enabled:
                 feeds0 = _match_feeds(ctx.feeds[0], graph_inputs)
                 rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
+                rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = failure.status
         rec.stage = None if failure.status is Status.SKIP else failure.stage

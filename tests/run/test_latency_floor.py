@@ -1,0 +1,101 @@
+"""The binding floor (harness/runtimes/floor.py, latency.runtime_floor) and what a real worker job
+records with the adaptive protocol: interval, stop reason, floor, a bounded sample; the report
+shows a sub-0.1 ms latency against its floor."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
+from harness.core.record import Record
+from harness.core.status import Status
+from harness.run import latency
+from harness.runtimes.base import RuntimeAdapter
+from harness.runtimes.floor import identity_call, write_identity_model
+
+RUNTIMES = [name for name, module in (("ort-cpu", "onnxruntime"), ("openvino", "openvino"))
+            if importlib.util.find_spec(module)]
+QUICK = LatencyProtocol(warmup_max_s=0.05, min_runs=50, min_time_s=0.0, max_time_s=2.0)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_identity_model_runs_in_each_runtime_and_gives_its_input_back(runtime, tmp_path):
+    from harness.runtimes import load_adapter
+
+    adapter_cls = load_adapter(runtime)
+    with adapter_cls(write_identity_model(tmp_path / "id.onnx"), threads=1) as adapter:
+        x = np.array([3.25], dtype=np.float32)
+        np.testing.assert_array_equal(adapter.infer({"x": x})[0], x)
+    with identity_call(adapter_cls, 1) as call:
+        call()
+
+
+class Unloadable(RuntimeAdapter):
+    name = "unloadable"
+
+    def activate_impl(self) -> None:
+        raise RuntimeError("no such device")
+
+    def infer_impl(self, feeds):
+        return []
+
+    def input_names_impl(self):
+        return []
+
+
+def test_a_runtime_whose_floor_cannot_be_measured_gets_none_not_a_failure(monkeypatch, capsys):
+    monkeypatch.setattr(latency, "_FLOORS", {})
+    assert latency.runtime_floor(Unloadable, QUICK, 1) is None
+    assert "binding floor of unloadable not measured" in capsys.readouterr().out
+
+
+def test_floor_is_measured_once_per_runtime_and_thread_count(monkeypatch):
+    monkeypatch.setattr(latency, "_FLOORS", {})
+    calls = []
+
+    class Counting(Unloadable):
+        name = "counting"
+
+        def activate_impl(self) -> None:
+            calls.append(self.threads)
+
+    assert latency.runtime_floor(Counting, QUICK, 1) > 0
+    latency.runtime_floor(Counting, QUICK, 1)
+    latency.runtime_floor(Counting, QUICK, 2)
+    assert calls == [1, 2]
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
+def test_a_worker_job_records_interval_stop_floor_and_a_bounded_sample(tmp_path, monkeypatch):
+    from harness.report.markdown import render_markdown
+    from harness.run.worker import run_job
+
+    monkeypatch.setattr(latency, "_FLOORS", {})
+    case = tmp_path / "cases.py"
+    case.write_text("import torch\n"
+                    "def lin():\n"
+                    "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n")
+    cells = tuple(CellJob(f"c-{r}", r, r) for r in RUNTIMES)
+    group = ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17, cells=cells)
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,),
+              base_dir=str(tmp_path), latency=LatencyProtocol(min_runs=200, min_time_s=0.05))
+    events: list[dict] = []
+    run_job(job, events.append)
+    records = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
+    assert [r.status for r in records] == [Status.PASS] * len(RUNTIMES)
+    for rec in records:
+        lat = rec.latency_ms
+        assert lat.ci_low <= lat.median <= lat.ci_high and lat.confidence == 0.95
+        assert lat.stop in ("converged", "time_cap") and lat.iterations >= 200
+        assert lat.warmup_iterations >= 10 and lat.warmup_stable is not None
+        assert lat.floor_ms is not None and 0 < lat.floor_ms
+        assert len(lat.samples) == min(lat.iterations, 1000)
+        assert len(json.dumps(rec.to_dict())) < 50_000
+    # A linear layer of 4 → 3 runs in microseconds: the matrix shows it against its floor.
+    md = render_markdown(records)
+    for rec in records:
+        assert f"{rec.latency_ms.median:.3g} ms (floor {rec.latency_ms.floor_ms:.2g})" in md
+    assert "identity model" in md
