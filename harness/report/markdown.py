@@ -127,13 +127,7 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
         return head + "No cells were run.\n"
     df = records_frame(records)
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
-    return (head + f"Legend: {LEGEND}{floor_note(df)}
-
-## Matrix
-
-{matrix_tables(df)}
-
-"
+    return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
             f"## Failures by signature\n\n{failures_table(df)}\n\n"
             f"{bumps_section(df)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))
