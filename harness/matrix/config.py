@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import (
@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.core.cell import AXES, EXPORTERS, PRECISIONS, CaseRef
+from harness.core.cell import AXES, DIM_POLICIES, EXPORTERS, PRECISIONS, CaseRef
 from harness.core.job import LatencyProtocol
 from harness.matrix.rules import ConfigError
 from harness.runtimes import RUNTIMES
@@ -44,6 +44,13 @@ def _check_axes(rule: dict) -> dict:
 
 
 Rule = Annotated[dict[str, Union[Scalar, list[Scalar]]], AfterValidator(_check_axes)]
+
+
+def _check_include(cell: dict) -> dict:
+    _check_axes(cell)
+    if "dim_policy" in cell and cell["dim_policy"] not in DIM_POLICIES:
+        raise ValueError(f"dim_policy: expected one of {list(DIM_POLICIES)}")
+    return cell
 
 
 class _Strict(BaseModel):
@@ -117,6 +124,8 @@ class OptionsAxes(_Strict):
     constant_folding: list[bool] = Field(default_factory=lambda: [True], min_length=1)
     dynamic: list[bool] = Field(default_factory=lambda: [True], min_length=1)
     precision: list[Literal[PRECISIONS]] = Field(default_factory=lambda: ["fp32"], min_length=1)
+    # null: how torch.onnx converts dynamic_axes on each release (Dim.DYNAMIC where it exists)
+    dim_policy: list[Optional[Literal[DIM_POLICIES]]] = Field(default_factory=lambda: [None], min_length=1)
 
 
 class InstallConfig(_Strict):
@@ -134,13 +143,17 @@ class Matrix(_Strict):
     runtimes: list[RuntimeSpec] = Field(default_factory=lambda: [RuntimeSpec(name="ort-cpu")], min_length=1)
     cases: list[CaseEntry] = Field(min_length=1)
     options: OptionsAxes = Field(default_factory=OptionsAxes)
-    include: list[Annotated[dict[str, Scalar], AfterValidator(_check_axes)]] = Field(default_factory=list)
+    include: list[Annotated[dict[str, Scalar], AfterValidator(_check_include)]] = Field(default_factory=list)
     exclude: list[Rule] = Field(default_factory=list)
     xfail: list[XfailEntry] = Field(default_factory=list)
     latency: LatencyProtocol = Field(default_factory=LatencyProtocol)
     threads: int = Field(1, ge=1)
     cell_timeout_s: float = Field(600, gt=0)
     install: InstallConfig = Field(default_factory=InstallConfig)
+    # After the run: reduce every failing cell's file (load, run, parity) to the smallest graph
+    # that still fails (harness.run.reduce), each within reduce_timeout_s.
+    reduce: bool = False
+    reduce_timeout_s: float = Field(120, gt=0)
 
     @field_validator("torch", mode="before")
     @classmethod
@@ -246,6 +259,19 @@ def _resolve_case_files(matrix: Matrix, path: Path) -> None:
         case.target = f"{found.resolve()}:{func}"
 
 
+# Keys added after the first release count in the hash only when set, so a matrix that does not
+# use them keeps its hash (and its runs' ids) across harness versions.
+_LATER_DEFAULTS = {("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
+
+
 def matrix_hash(matrix: Matrix) -> str:
-    blob = json.dumps(matrix.model_dump(mode="json"), sort_keys=True)
+    data = matrix.model_dump(mode="json")
+    for path, default in _LATER_DEFAULTS.items():
+        *parents, last = path
+        node = data
+        for key in parents:
+            node = node[key]
+        if node.get(last) == default:
+            del node[last]
+    blob = json.dumps(data, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
