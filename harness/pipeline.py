@@ -42,5 +42,15 @@ def run_matrix(req: MatrixRequest) -> Path:
 
     plan = plan_for(req)
     run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume)
+    if plan.matrix.reduce:
+        from harness.run.reduce import reduce_run
+
+        reduce_run(run_dir, timeout_s=plan.matrix.reduce_timeout_s, log=_console().print)
     render_run(run_dir, req.reports)
     return run_dir
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
