@@ -24,7 +24,7 @@ from rich.console import Console
 
 from harness.core.cell import CellKey
 from harness.core.record import Record
-from harness.core.status import Status
+from harness.core.status import Stage, Status
 from harness.gate.sources import run_cells, stored_records, version_plan
 from harness.matrix.config import Matrix, TorchSpec, load_matrix
 from harness.matrix.environments import env_spec_for
@@ -156,8 +156,11 @@ def verdict_of(rec: Record | None) -> str | None:
     """What bisect compares: 'pass', 'fail (stage)', 'crash', 'timeout'; None when untestable."""
     if rec is None or rec.status is Status.SKIP:
         return None
-    if rec.status is Status.CRASH and (rec.error or "").startswith("EnvironmentBuildError"):
+    error = rec.error or ""
+    if rec.status is Status.CRASH and error.startswith("EnvironmentBuildError"):
         return None
+    if rec.stage == Stage.EXPORT.value and error.startswith(("ModuleNotFoundError", "ImportError")):
+        return None   # the environment lacks what torch.onnx imports (a companion pin too old)
     if rec.status.passed:
         return Status.PASS.value
     if rec.status in (Status.FAIL, Status.XFAIL):

@@ -528,7 +528,10 @@ def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv
     if not python.exists():
         return Reduction(note=f"environment {rec.env} is not on this machine ({python} missing); "
                               "reductions run in the cell's uv environment").to_dict()
-    tools = polygraphy_dir()
+    try:
+        tools = polygraphy_dir()
+    except (RuntimeError, OSError) as exc:
+        return Reduction(note=f"Polygraphy is not available: {exc}").to_dict()
     work = Path(run_dir) / "reduce" / rec.cell_id
     work.mkdir(parents=True, exist_ok=True)
     (work / "record.json").write_text(rec.to_json())

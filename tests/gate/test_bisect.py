@@ -73,6 +73,8 @@ def test_verdicts_compared():
     assert verdict_of(rec(Status.CRASH, error="SIGSEGV")) == "crash"
     assert verdict_of(rec(Status.SKIP)) is None and verdict_of(None) is None
     assert verdict_of(rec(Status.CRASH, error="EnvironmentBuildError: no wheel")) is None
+    missing = "ModuleNotFoundError: No module named 'onnxscript._framework_apis.torch_2_8'"
+    assert verdict_of(rec(Status.FAIL, stage="export", error=missing)) is None
 
 
 def test_release_list_keeps_final_releases_between_the_ends():
