@@ -95,6 +95,24 @@ def gate(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def bisect(session: nox.Session) -> None:
+    """Find the torch release where a cell's verdict changes (args: --cell CELL --good V --bad V)."""
+    _harness(session, "bisect")
+
+
+@nox.session(python="3.11")
+def reduce(session: nox.Session) -> None:
+    """Reduce a run's failing files to the smallest graph that still fails (args: RUN --cell CELL)."""
+    _harness(session, "reduce")
+
+
+@nox.session(python="3.11")
+def view(session: nox.Session) -> None:
+    """Open a cell's model.onnx (or --reduced) in Netron (args: CELL --run RUN)."""
+    _harness(session, "view")
+
+
+@nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit tests and real end-to-end matrices)."""
     # Worker-side modules (parity, runners) are also unit-tested in-process: they need torch.

@@ -1,11 +1,11 @@
 """Command line: ``python -m harness SUBCOMMAND`` — every entry point of the tool, one parser.
 
-matrix, plan, merge, report, publish, gate, images, base-image, bench, gpu-check; the nox
-sessions of the same names call these. Exit codes: 0 success; 1 a finding (gate regression,
-a failed image build, a broken GPU runtime); 2 bad input (a config, an argument, a store, an
-environment that cannot be installed); 3 an unexpected error (one line on stderr, the traceback
-in a file it names); 128 + N interrupted by signal N (the run is resumable). The gate never
-exits 1 but for a regression: any error there is 2.
+matrix, plan, merge, report, publish, gate, bisect, reduce, view, images, base-image, bench,
+gpu-check; the nox sessions of the same names call these. Exit codes: 0 success; 1 a finding
+(gate regression, a failed image build, a broken GPU runtime, nothing to bisect); 2 bad input
+(a config, an argument, a store, an environment that cannot be installed); 3 an unexpected error
+(one line on stderr, the traceback in a file it names); 128 + N interrupted by signal N (the run
+is resumable). The gate never exits 1 but for a regression: any error there is 2.
 """
 from __future__ import annotations
 
@@ -158,13 +158,49 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reduce(args: argparse.Namespace) -> int:
+    """Reduce failing cells of a stored run to the smallest graph that still fails."""
+    from harness.report import render_run
+    from harness.run.reduce import reduce_run
+    from harness.store.runs import resolve_run
+
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout must be > 0 (got {args.timeout})")
+    run_dir = resolve_run(args.run, args.reports)
+    try:
+        results = reduce_run(run_dir, args.cell or None, args.timeout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not results:
+        print(f"{run_dir.name}: no failing cell at load, run or parity with a bundle: nothing to reduce")
+        return 0
+    render_run(run_dir, args.reports)
+    print(f"{len(results)} cell(s) reduced into their bundles; reports re-rendered: {run_dir / 'matrix.md'}")
+    return 0
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from harness.gate.compare import Settings
     from harness.gate.main import GateRequest, run_gate
 
-    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor)
+    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()))
     return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
                                 args.provider, settings, args.remeasure))
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from harness.gate.bisect import BisectRequest, run_bisect
+
+    releases = [v.strip() for v in args.releases.split(",") if v.strip()] if args.releases else None
+    return run_bisect(BisectRequest(args.good, args.bad, args.config, args.reports, args.cell, releases,
+                                    args.provider))
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from harness.report.view import view_cell
+
+    return view_cell(args.cell, args.run, args.reports, reduced=args.reduced, browse=args.browse,
+                     port=args.port)
 
 
 def cmd_images(args: argparse.Namespace) -> int:
@@ -330,11 +366,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parity-factor", type=float, default=DEFAULT_PARITY_FACTOR,
                    help="max_abs may grow by this many atol before it counts as drift "
                         f"(default {DEFAULT_PARITY_FACTOR})")
+    p.add_argument("--block-on", action="append", choices=["io"], default=[],
+                   help="also block on graph drift: 'io' = a change of input/output names or dynamic dims")
     p.add_argument("--remeasure", type=int, default=2, metavar="N",
                    help="fresh processes per side to re-measure cells flagged slower (default 2; "
                         "0: count the first measurement)")
     _store_option(p)
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("bisect", help="find the torch release where a cell's verdict changes")
+    p.add_argument("--cell", default=None, help="cell id (with or without its torch part) or key name; "
+                                                "default: every cell of --config")
+    p.add_argument("--good", required=True, help="torch release with the good verdict")
+    p.add_argument("--bad", required=True, help="torch release with the bad verdict (older than --good for a fix)")
+    _config(p, only=False)
+    p.add_argument("--releases", default=None,
+                   help="comma-separated releases to search instead of asking the package index")
+    p.add_argument("--provider", choices=PROVIDERS, default="venv")
+    _store_option(p)
+    p.set_defaults(func=cmd_bisect)
+
+    p = sub.add_parser("view", help="open a cell's model.onnx (or reduced.onnx) in Netron")
+    p.add_argument("cell", help="cell id (or its key without the torch part, when one run has one match)")
+    p.add_argument("--run", default="latest", help="run id or directory (default: latest)")
+    p.add_argument("--reduced", action="store_true", help="open reduced.onnx instead of model.onnx")
+    p.add_argument("--browse", action=argparse.BooleanOptionalAction, default=None,
+                   help="open a browser (default: only when one is available and not in CI)")
+    p.add_argument("--port", type=int, default=None, help="port for Netron's server (default: any free one)")
+    _store_option(p)
+    p.set_defaults(func=cmd_view)
+
+    p = sub.add_parser("reduce", help="reduce failing cells' files to the smallest graph that still fails")
+    p.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
+    p.add_argument("--cell", action="append", default=[], metavar="CELL_ID",
+                   help="only this cell (repeatable; default: every failure at load, run or parity)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per cell (default 120)")
+    _store_option(p)
+    p.set_defaults(func=cmd_reduce)
 
     p = sub.add_parser("images", help="build the Docker images a matrix needs")
     _config(p)

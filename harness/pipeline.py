@@ -137,6 +137,10 @@ def run_matrix(req: MatrixRequest) -> Path:
         meta = read_run_meta(run_dir)
         meta.extra["shard"] = identity
         meta.write(run_dir)
+    if plan.matrix.reduce:
+        from harness.run.reduce import reduce_run
+
+        reduce_run(run_dir, timeout_s=plan.matrix.reduce_timeout_s, log=_console().print)
     render_run(run_dir, req.reports)
     return run_dir
 
@@ -226,3 +230,8 @@ def costs_block(plan: Plan, costs: Costs) -> dict:
     return {"source": costs.source, "setup_s": costs.setup_s,
             "cells": {i: costs.cells[i] for i in ids if i in costs.cells}}
 
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)

@@ -50,18 +50,48 @@ def flat(o):
     return []
 
 
-def export_plain(model, inputs, dims, exporter: str, opset: int, path: str) -> None:
-    """torch.onnx.export as a user calls it: dynamic_axes for TorchScript, Dim.DYNAMIC for dynamo."""
+def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, policy: str | None = None):
+    """torch.onnx.export as a user calls it: dynamic_axes for TorchScript, Dim.DYNAMIC for dynamo
+    (or, with a dim policy, Dim.AUTO / Dim("name"))."""
     names = [f"input_{i}" for i in range(len(inputs))]
     if exporter == "torchscript":
-        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=False, input_names=names,
-                          dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
-    else:
-        from torch.export import Dim
+        return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=False, input_names=names,
+                                 dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
+    from torch.export import Dim
 
-        ds = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in range(len(inputs)))
-        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
-                          dynamic_shapes=ds if dims else None)
+    named = {}
+    mark = {None: lambda n: Dim.DYNAMIC, "dynamic": lambda n: Dim.DYNAMIC, "auto": lambda n: Dim.AUTO,
+            "named": lambda n: named.setdefault(n, Dim(n))}[policy]
+    ds = tuple({d: mark(n) for d, n in dims[i].items()} if i in dims else None for i in range(len(inputs)))
+    return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                             dynamic_shapes=ds if dims else None)
+
+
+def fixed_dims(program, path: str, dims) -> dict:
+    """Declared dynamic dims that are a number in the file's inputs or a one-value range in the
+    exported program: {"input_0": {1: 6}}."""
+    graph = onnx.load(path).graph
+    ranges = getattr(getattr(program, "exported_program", None), "range_constraints", {}) or {}
+    placeholders = []
+    if getattr(program, "exported_program", None) is not None:
+        placeholders = [n.meta["val"] for n in program.exported_program.graph.nodes if n.op == "placeholder"]
+    out = {}
+    for i, ds in dims.items():
+        shape = graph.input[i].type.tensor_type.shape.dim
+        for d in ds:
+            dim = shape[d]
+            value = dim.dim_value if dim.HasField("dim_value") else (
+                int(dim.dim_param) if dim.dim_param.isdigit() else None)
+            if value is None and i < len(placeholders):
+                size = placeholders[i].shape[d]
+                rng = ranges.get(getattr(getattr(size, "node", None), "expr", None))
+                if isinstance(size, int):
+                    value = size
+                elif rng is not None and rng.lower == rng.upper:
+                    value = int(rng.lower)
+            if value is not None:
+                out.setdefault(f"input_{i}", {})[d] = value
+    return out
 
 
 def verdict(item) -> dict:
@@ -76,17 +106,18 @@ def verdict(item) -> dict:
     with torch.no_grad():
         refs = [flat(model(*x)) for x in shapes]
     try:
-        export_plain(model, inputs, dims, item["exporter"], item["opset"], path)
+        program = export_plain(model, inputs, dims, item["exporter"], item["opset"], path, item.get("dim_policy"))
     except Exception as e:
         return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+    fixed = fixed_dims(program, path, dims)
     try:
         onnx.checker.check_model(path, full_check=True)
     except Exception as e:
-        return {"stage": "check", "status": "fail", "error": str(e)[:200]}
+        return {"stage": "check", "status": "fail", "error": str(e)[:200], "fixed": fixed}
     try:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     except Exception as e:
-        return {"stage": "load", "status": "fail", "error": str(e)[:200]}
+        return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed}
     graph_inputs = [i.name for i in sess.get_inputs()]
     outs = []
     for x in shapes:
@@ -94,7 +125,7 @@ def verdict(item) -> dict:
         try:
             outs.append(sess.run(None, feed))
         except Exception as e:
-            return {"stage": "run", "status": "fail", "error": str(e)[:200]}
+            return {"stage": "run", "status": "fail", "error": str(e)[:200], "fixed": fixed}
     for ref, out in zip(refs, outs):
         try:
             assert len(ref) == len(out), "output count"
@@ -102,8 +133,8 @@ def verdict(item) -> dict:
                 assert r.shape == o.shape and r.dtype == o.dtype, "shape/dtype"
                 np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
         except AssertionError as e:
-            return {"stage": "parity", "status": "fail", "error": str(e)[:200]}
-    return {"stage": None, "status": "pass", "error": None}
+            return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+    return {"stage": None, "status": "pass", "error": None, "fixed": fixed}
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@ from typing import Any
 
 EXPORTERS = ("torchscript", "dynamo")
 PRECISIONS = ("fp32", "fp16", "bf16")
+# How a case's dynamic dims reach the dynamo exporter: Dim.DYNAMIC, Dim.AUTO or Dim(name).
+DIM_POLICIES = ("dynamic", "auto", "named")
 # Every axis a rule (include, exclude, xfail, --only) may name.
-AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision")
+AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision",
+        "dim_policy")
 
 
 def safe_name(text: str, keep: str = "_.@-") -> str:
@@ -30,25 +33,37 @@ class ExportOptions:
     dynamic: bool = True
     constant_folding: bool = True
     precision: str = "fp32"
+    # None: how torch.onnx itself converts dynamic_axes on the installed release (see
+    # harness.run.dims); a policy is only set where it changes the export (dynamo, dynamic dims).
+    dim_policy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dim_policy is not None and self.dim_policy not in DIM_POLICIES:
+            raise ValueError(f"dim_policy {self.dim_policy!r}: expected one of {DIM_POLICIES} or None")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "ExportOptions":
         data = data or {}
         return cls(dynamic=data.get("dynamic") is not False,
                    constant_folding=data.get("constant_folding") is not False,
-                   precision=str(data.get("precision") or "fp32"))
+                   precision=str(data.get("precision") or "fp32"),
+                   dim_policy=data.get("dim_policy") or None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"constant_folding": self.constant_folding, "dynamic": self.dynamic,
-                "precision": self.precision}
+        out: dict[str, Any] = {"constant_folding": self.constant_folding, "dynamic": self.dynamic,
+                               "precision": self.precision}
+        if self.dim_policy is not None:   # absent by default: records and ids stay as they were
+            out["dim_policy"] = self.dim_policy
+        return out
 
     def _parts(self) -> list[str]:
         return [p for p, on in (("static", not self.dynamic), ("nofold", not self.constant_folding),
-                                (self.precision, self.precision != "fp32")) if on]
+                                (self.precision, self.precision != "fp32"),
+                                (f"dim-{self.dim_policy}", self.dim_policy is not None)) if on]
 
     @property
     def suffix(self) -> str:
-        """Id suffix for non-default options: '-static-nofold-fp16' ('' for defaults)."""
+        """Id suffix for non-default options: '-static-nofold-fp16', '-dim-auto' ('' for defaults)."""
         return "".join(f"-{p}" for p in self._parts())
 
     @property

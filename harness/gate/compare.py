@@ -23,6 +23,7 @@ from harness.gate.stats import (
     compare_latency,
     mann_whitney_u,
 )
+from harness.report.drift import GraphDrift, cell_drift
 from harness.run.annotate import Annotator
 from harness.store.provenance import same_code
 
@@ -33,6 +34,7 @@ DEFAULT_PARITY_FACTOR = 0.5
 class Verdict(str, enum.Enum):
     NEW_FAILURE = "new failure"
     PARITY_DRIFT = "parity drift"
+    INTERFACE_CHANGE = "interface change"   # only with --block-on io
     SLOWER = "slower"
     FIXED = "fixed"
     FASTER = "faster"
@@ -44,12 +46,13 @@ class Verdict(str, enum.Enum):
 
     @property
     def blocking(self) -> bool:
-        return self in (Verdict.NEW_FAILURE, Verdict.PARITY_DRIFT, Verdict.SLOWER)
+        return self in (Verdict.NEW_FAILURE, Verdict.PARITY_DRIFT, Verdict.INTERFACE_CHANGE, Verdict.SLOWER)
 
     @property
     def mark(self) -> str:
         """asv compare's change column: ! failed, + worse, - better, x not comparable."""
         return {Verdict.NEW_FAILURE: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
+                Verdict.INTERFACE_CHANGE: "+",
                 Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
                 Verdict.XPASS: "?"}.get(self, " ")
 
@@ -59,6 +62,7 @@ class Settings:
     latency_threshold: float = DEFAULT_RATIO
     alpha: float = DEFAULT_ALPHA
     parity_factor: float = DEFAULT_PARITY_FACTOR
+    block_on: tuple[str, ...] = ()     # graph drift that blocks: "io" (input/output names, dynamic dims)
 
 
 @dataclass
@@ -71,6 +75,7 @@ class CellComparison:
     latency: LatencyChange | None = None
     remeasured: bool = False
     notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
+    drift: GraphDrift | None = None    # what changed in the exported file (information by default)
 
     @property
     def name(self) -> str:
@@ -88,6 +93,7 @@ class CellComparison:
                                                  "cand_median": lat.cand_median, "method": lat.method,
                                                  "intervals": lat.intervals},
             "remeasured": self.remeasured, "notes": self.notes,
+            **({"drift": self.drift.to_dict()} if self.drift is not None else {}),
         }
 
 
@@ -195,5 +201,21 @@ def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Setting
         match = None
         if b is not None and c is not None:
             match = same_code(base.fingerprints.get(b.run_id), cand.fingerprints.get(c.run_id), key.case)
-        out.append(compare_cell(key, b, c, settings, match))
+        cell = compare_cell(key, b, c, settings, match)
+        cell.drift = cell_drift(b, c)
+        block_on_drift(cell, settings)
+        out.append(cell)
     return out
+
+
+# Verdicts of cells that worked on both sides: only there can an interface change be the news.
+_WORKED = (Verdict.UNCHANGED, Verdict.FASTER)
+
+
+def block_on_drift(cell: CellComparison, settings: Settings) -> None:
+    """With ``--block-on io``, a cell that works on both sides but whose file changed its input or
+    output names or dynamic dims is a regression: deployment code feeds and fetches by name."""
+    drift = cell.drift
+    if "io" in settings.block_on and drift is not None and drift.io_changed and cell.verdict in _WORKED:
+        io = [p for p in drift.parts() if p.startswith(("inputs", "outputs")) or " dims " in p]
+        cell.verdict, cell.detail = Verdict.INTERFACE_CHANGE, "; ".join(io)

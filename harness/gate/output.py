@@ -19,6 +19,7 @@ _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff
 # Sections in the order a reviewer needs them; unchanged cells are only counted.
 SECTIONS = [
     (Verdict.NEW_FAILURE, "New failures"), (Verdict.PARITY_DRIFT, "Parity drift"),
+    (Verdict.INTERFACE_CHANGE, "Input/output changes (`--block-on io`)"),
     (Verdict.SLOWER, "Slower"), (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
     (Verdict.XPASS, "Known failures now passing: remove their `xfail` entries"),
     (Verdict.XFAIL, "Known failures (`xfail`, not blocking)"),
@@ -72,6 +73,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
                          f"{_cell(after)} | {ratio} | {_cell(detail)} |")
+    lines += drift_lines(cells)
     lines += ["", f"Baseline {md_code(base.label)} (runs {md_text(', '.join(base.runs)) or 'none'}), "
               f"candidate {md_code(cand.label)} (runs {md_text(', '.join(cand.runs)) or 'none'}). "
               "Latency counts when the median "
@@ -83,6 +85,27 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
         lines += ["", f"Runs {md_text(', '.join(unrecorded))} did not record their case source and harness "
                   "code: assumed unchanged."]
     return "\n".join(lines) + "\n"
+
+
+def drift_lines(cells: list[CellComparison]) -> list[str]:
+    """Graph changes per export (runtimes share the file), information unless --block-on made
+    them a verdict; nothing when no cell has the graph facts on both sides."""
+    with_facts = [c for c in cells if c.drift is not None]
+    if not with_facts:
+        return []
+    rows: dict[tuple, tuple[CellComparison, str]] = {}
+    for c in with_facts:
+        if c.drift.changed:
+            k = c.key
+            rows.setdefault((k.case, k.exporter, k.opset, k.options.label), (c, c.drift.summary()))
+    lines = ["", "### Graph changes (information)", ""]
+    if not rows:
+        return lines + [f"The exported files are the same on both sides ({len(with_facts)} cells compared)."]
+    lines += ["| export | changes |", "|---|---|"]
+    for (case, exporter, opset, label), (c, summary) in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        name = f"{case} · {exporter} · op{opset}" + (f" · {label}" if label else "")
+        lines.append(f"| {_cell(name)} | {_cell(summary, 400)} |")
+    return lines
 
 
 def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
@@ -102,6 +125,8 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
             ET.SubElement(tc, "skipped", message=message)
         elif c.verdict is not Verdict.UNCHANGED:
             ET.SubElement(tc, "system-out").text = message
+        elif c.drift is not None and c.drift.changed:
+            ET.SubElement(tc, "system-out").text = f"graph changes: {c.drift.summary()}"
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -115,7 +140,7 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
     data = {
         "schema": 1, "baseline": side(base), "candidate": side(cand),
         "settings": {"latency_threshold": settings.latency_threshold, "alpha": settings.alpha,
-                     "parity_factor": settings.parity_factor},
+                     "parity_factor": settings.parity_factor, "block_on": list(settings.block_on)},
         "fingerprint": current, "exit_code": exit_code,
         "counts": {v.value: sum(1 for c in cells if c.verdict is v) for v in Verdict},
         "cells": [c.to_dict() for c in cells],

@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.core.cell import AXES, EXPORTERS, PRECISIONS, CaseRef
+from harness.core.cell import AXES, DIM_POLICIES, EXPORTERS, PRECISIONS, CaseRef
 from harness.core.job import LatencyProtocol
 from harness.matrix.rules import ConfigError
 from harness.probes import GROUPS, PROBES
@@ -211,6 +211,7 @@ class IncludeEntry(_Strict):
     constant_folding: bool | None = None
     dynamic: bool | None = None
     precision: Literal[PRECISIONS] | None = None
+    dim_policy: Literal[DIM_POLICIES] | None = None
 
     @model_serializer(mode="wrap")
     def _set_axes_only(self, handler: Any) -> dict[str, Any]:
@@ -226,6 +227,8 @@ class OptionsAxes(_Strict):
     constant_folding: list[bool] = Field(default_factory=lambda: [True], min_length=1)
     dynamic: list[bool] = Field(default_factory=lambda: [True], min_length=1)
     precision: list[Literal[PRECISIONS]] = Field(default_factory=lambda: ["fp32"], min_length=1)
+    # null: how torch.onnx converts dynamic_axes on each release (Dim.DYNAMIC where it exists)
+    dim_policy: list[Optional[Literal[DIM_POLICIES]]] = Field(default_factory=lambda: [None], min_length=1)
 
 
 IndexUrl = Annotated[str, AfterValidator(lambda v: _check_url(v, ("http", "https", "file")))]
@@ -258,6 +261,10 @@ class Matrix(_Strict):
     # Each log (per export group, per worker) keeps its first and last log_max_mb / 2.
     log_max_mb: float = Field(LOG_MAX_MB, gt=0, allow_inf_nan=False)
     install: InstallConfig = Field(default_factory=InstallConfig)
+    # After the run: reduce every failing cell's file (load, run, parity) to the smallest graph
+    # that still fails (harness.run.reduce), each within reduce_timeout_s.
+    reduce: bool = False
+    reduce_timeout_s: float = Field(120, gt=0)
 
     @field_validator("torch", mode="before")
     @classmethod
@@ -481,10 +488,22 @@ def _missing_function(file: Path, name: str) -> str | None:
 _LATER_KEYS = {"cell_memory_mb": None, "log_max_mb": LOG_MAX_MB}
 
 
+# Keys added after the first release count in the hash only when set, so a matrix that does not
+# use them keeps its hash (and its runs' ids) across harness versions.
+_LATER_DEFAULTS = {("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
+
+
 def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
     for key, default in _LATER_KEYS.items():
         if data.get(key) == default:
             data.pop(key)
+    for path, default in _LATER_DEFAULTS.items():
+        *parents, last = path
+        node = data
+        for key in parents:
+            node = node[key]
+        if node.get(last) == default:
+            del node[last]
     blob = json.dumps(data, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

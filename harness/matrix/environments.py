@@ -26,8 +26,12 @@ def companion_pins(torch_version: str) -> dict[str, str]:
     v = Version(torch_version)
     if v < Version("2.4"):
         return {"numpy": "1.26.4", "onnx": "1.16.2", "onnxscript": "0.1.0", "protobuf": "4.25.8"}
-    if v < Version("2.9"):
+    if v < Version("2.8"):
         return {"numpy": "2.2.6", "onnx": "1.17.0", "onnxscript": "0.2.7", "protobuf": "5.29.5"}
+    if v < Version("2.9"):
+        # torch 2.8 imports onnxscript._framework_apis.torch_2_8, first shipped in onnxscript 0.3.2
+        # (with 0.2.7 every dynamo export fails: ModuleNotFoundError, found by bisecting).
+        return {"numpy": "2.2.6", "onnx": "1.17.0", "onnxscript": "0.3.2", "protobuf": "5.29.5"}
     return {"numpy": "2.4.6", "onnx": "1.23.2", "onnxscript": "0.7.2"}
 
 

@@ -66,9 +66,11 @@ class EnvPlan:
 
 
 def _legacy_group_key(c: Cell) -> tuple:
-    # The group id hashes the tuple the first release used, so log file names stay the same.
+    # The group id hashes the tuple the first release used, so log file names stay the same;
+    # options added later join it only when set.
     o = c.key.options
-    return (c.key.case, c.key.exporter, c.key.opset, o.constant_folding, o.dynamic, o.precision)
+    key = (c.key.case, c.key.exporter, c.key.opset, o.constant_folding, o.dynamic, o.precision)
+    return key + ((o.dim_policy,) if o.dim_policy is not None else ())
 
 
 @dataclass
@@ -93,9 +95,11 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
     case_by_label = {c.label: c for c in matrix.cases}
     opts = matrix.options
     product = itertools.product(matrix.torch, matrix.exporters, matrix.opsets, matrix.runtimes,
-                                matrix.cases, opts.constant_folding, opts.dynamic, opts.precision)
+                                matrix.cases, opts.constant_folding, opts.dynamic, opts.precision,
+                                opts.dim_policy)
     combos = [dict(torch=t, exporter=e, opset=o, runtime=r, case=c, constant_folding=f,
-                   dynamic=d, precision=p) for t, e, o, r, c, f, d, p in product]
+                   dynamic=d, precision=p, dim_policy=dp)
+              for t, e, o, r, c, f, d, p, dp in product]
     for inc in matrix.include:
         base = {"torch": matrix.torch[0].version, "exporter": matrix.exporters[0],
                 "opset": matrix.opsets[0], "runtime": matrix.runtimes[0].label,
@@ -109,8 +113,10 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
         t, r, case = c["torch"], c["runtime"], c["case"]
         if c["exporter"] == "dynamo" and not c["constant_folding"]:
             continue  # folding is a TorchScript-exporter option; dynamo has no switch for it
+        # TorchScript keeps dynamic_axes and a static export marks no dim: the policy is moot there.
+        policy = c.get("dim_policy") if c["exporter"] == "dynamo" and c["dynamic"] else None
         options = ExportOptions(dynamic=bool(c["dynamic"]), constant_folding=bool(c["constant_folding"]),
-                                precision=str(c["precision"]))
+                                precision=str(c["precision"]), dim_policy=policy or None)
         key = CellKey(case.label, c["exporter"], int(c["opset"]), r.label, options)
         cell = Cell(key=key, torch=t.version, runtime_name=r.name, case_ref=case.target,
                     atol=case.atol, rtol=case.rtol)

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.report import plots
+from harness.report import diagnosis, plots
 from harness.report.aggregate import (
     AXES,
     FAILED,
@@ -106,9 +106,9 @@ def latency_histogram(samples: list[float], bins: int = 24) -> dict[str, Any] | 
             "beyond": int((values > hi).sum())}
 
 
-def cell_details(run_dir: Path, rec: Record) -> dict[str, Any]:
+def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     latency = rec.latency_ms.to_dict(samples=False)
-    return _clean({
+    return _clean({**(extra or {}),
         "cell_id": rec.cell_id, "case": rec.case, "torch": rec.torch, "exporter": rec.exporter,
         "opset": rec.opset, "opset_actual": rec.opset_actual, "runtime": rec.runtime,
         "options": rec.options, "status": rec.status.value, "stage": rec.stage, "error": rec.error,
@@ -191,6 +191,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     df = records_frame(records).reset_index(names="idx")
     torches = sorted_torch(df["torch"])
     changes = status_changes(previous[1], df) if previous is not None else None
+    extras = diagnosis.cell_extras(run_dir, records)
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
@@ -201,7 +202,10 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         changes=None if changes is None else _records(changes),
         bumps=_records(torch_bumps(df)) if len(torches) > 1 else None,
         plots={k: _plot_uri(v) for k, v in (plot_svgs or {}).items()},
-        details=script_json([cell_details(run_dir, r) for r in records]),
+        details=script_json([cell_details(run_dir, r, extras.get(i)) for i, r in enumerate(records)]),
+        drift=diagnosis.drift_rows(records), specialised=diagnosis.specialised_rows(records),
+        reduced=diagnosis.reduced_rows(records),
+        details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href,
         css=_asset("report.css"), js=_asset("matrix.js"))
 

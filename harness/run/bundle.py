@@ -26,6 +26,12 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
             shutil.copy2(data, bundle_dir / data.name)
     for i, feeds in enumerate(ctx.feeds):
         np.savez(bundle_dir / ("inputs.npz" if i == 0 else f"inputs_shape{i + 1}.npz"), **feeds)
+    # Eager outputs and the case's tolerances: what `harness reduce` checks a parity failure against.
+    for i, refs in enumerate(ctx.references):
+        np.savez(bundle_dir / ("expected.npz" if i == 0 else f"expected_shape{i + 1}.npz"),
+                 **{f"output_{k}": v for k, v in enumerate(refs)})
+    if ctx.spec is not None:
+        (bundle_dir / "tolerance.json").write_text(json.dumps({"atol": ctx.spec.atol, "rtol": ctx.spec.rtol}))
     (bundle_dir / "versions.json").write_text(json.dumps(rec.versions, indent=2))
     ctx.job.replace(groups=(ctx.group.only(rec.cell_id),)).write(bundle_dir / "cell.json")
     with contextlib.suppress(OSError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.cases import CaseSpec
+from harness.run.dims import DimPolicyUnavailable, dim_marker, io_facts
 
 EXPORTERS = ("torchscript", "dynamo")
 
@@ -39,8 +40,10 @@ def _dynamic_axes(dims: dict[int, dict[int, str]], style: str) -> dict[str, Any]
 
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
-                 outputs: list[str] | None = None) -> None:
-    """Export exactly as a user calling torch.onnx.export would, for the installed torch."""
+                 outputs: list[str] | None = None, dim_policy: str | None = None) -> Any:
+    """Export exactly as a user calling torch.onnx.export would, for the installed torch; returns
+    what torch.onnx.export returns (dynamo: the ONNXProgram, whose exported program tells which
+    dims were fixed)."""
     import torch
 
     names = input_names(spec)
@@ -55,32 +58,33 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         kwargs["do_constant_folding"] = constant_folding
         if dims:
             kwargs["dynamic_axes"] = _dynamic_axes(dims, spec.dynamic_axes_style)
-        torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
+        return torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
     elif exporter == "dynamo":
         if "dynamo" not in supported:
+            if dim_policy is not None:
+                raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
             _export_dynamo_legacy(spec, path, dynamic=bool(dims))
-            return
+            return None
         kwargs["dynamo"] = True
-        if dims and spec.dynamic_axes_style == "list":
+        if dims and spec.dynamic_axes_style == "list" and dim_policy is None:
             # The migrating user's call: dynamic_axes handed to dynamo, torch converts it.
             kwargs["dynamic_axes"] = _dynamic_axes(dims, "list")
         elif dims:
-            kwargs["dynamic_shapes"] = _dynamic_shapes(spec, dims)
+            kwargs["dynamic_shapes"] = _dynamic_shapes(spec, dims, dim_policy)
         if "verbose" in supported:
             kwargs["verbose"] = False
         result = torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
         if not path.exists() and result is not None:  # very early dynamo=True releases
             result.save(str(path))
+        return result
     else:
         raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
 
 
-def _dynamic_shapes(spec: CaseSpec, dims: dict[int, dict[int, str]]) -> tuple:
-    """dynamic_shapes for torch.export, marking dims the way torch.onnx converts dynamic_axes."""
-    from torch.export import Dim
-
-    def mark(name: str):
-        return Dim.DYNAMIC if hasattr(Dim, "DYNAMIC") else Dim(name)
+def _dynamic_shapes(spec: CaseSpec, dims: dict[int, dict[int, str]], policy: str | None = None) -> tuple:
+    """dynamic_shapes for torch.export: dims marked as the policy says (None: the way torch.onnx
+    converts dynamic_axes)."""
+    mark = dim_marker(policy)
 
     return tuple(
         {d: mark(n) for d, n in dims[i].items()} if i in dims else None
@@ -126,4 +130,5 @@ def graph_facts(path: Path) -> dict[str, Any]:
         "inputs": [i.name for i in model.graph.input],
         "outputs": [o.name for o in model.graph.output],
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "io": io_facts(model),   # names, dtypes, shapes with symbolic dims: what drift compares
     }

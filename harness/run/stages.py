@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from harness.core.job import CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
+from harness.run.dims import note_specialised
 
 
 class SecondShapeError(RuntimeError):
@@ -133,11 +134,12 @@ class GroupContext:
                     ts = [t for t in x if isinstance(t, torch.Tensor)]
                     self.feeds.append({n: t.detach().cpu().numpy() for n, t in zip(names, ts)})
                 outputs = exp.output_names(len(self.references[0]))
-                exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
-                                 dynamic=opts.dynamic, constant_folding=opts.constant_folding,
-                                 outputs=outputs)
+                program = exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
+                                           dynamic=opts.dynamic, constant_folding=opts.constant_folding,
+                                           outputs=outputs, dim_policy=opts.dim_policy)
             with stage(Stage.CHECK, self.durations):
                 self.graph = exp.graph_facts(self.onnx_path)
+                self.notes += note_specialised(self.graph, dims, names, program)  # dims the exporter fixed
                 # Names given at export are what deployment code feeds and fetches by: a lost
                 # name is a note (the cell still runs by position), not a failure.
                 for kind, given in (("input", names), ("output", outputs)):

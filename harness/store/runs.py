@@ -131,7 +131,9 @@ _META_FIELDS = (
 
 
 def load_run(run_dir: Path) -> tuple[RunMeta, list[Record]]:
-    return read_run_meta(run_dir), read_records(Path(run_dir) / "results.jsonl")
+    from harness.store.reductions import with_reductions
+
+    return read_run_meta(run_dir), with_reductions(run_dir, read_records(Path(run_dir) / "results.jsonl"))
 
 
 def list_runs(reports: Path = REPORTS) -> list[Path]:

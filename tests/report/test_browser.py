@@ -124,3 +124,50 @@ def test_index_page_links_every_run(browser, store):
     links.first.click()
     assert w.page.url.endswith(f"{HOSTILE}/matrix.html")
     assert w.problems == [] and w.dialogs == []
+
+
+def test_details_show_drift_fixed_dims_reduction_and_bundle_links(browser, tmp_path):
+    """A run whose records carry the newer graph facts: the cell details show them (the extra
+    details script is embedded only in such runs), also when the cell is opened from the URL."""
+    from harness.core.cell import CellKey, ExportOptions
+    from harness.core.record import Record, append_record
+    from harness.core.run import RunMeta
+    from harness.core.status import Status
+
+    run_dir = tmp_path / "run"
+    bundle = run_dir / "bundles" / "torch2.13.0-m-dynamo-op18-dim-named-ort-cpu"
+    bundle.mkdir(parents=True)
+    for name in ("model.onnx", "reduced.onnx", "inputs.npz"):
+        (bundle / name).write_bytes(b"x" * 10)
+    RunMeta(run_id="r1", started=1.0, finished=True).write(run_dir)
+    io = lambda dims: {"inputs": [{"name": "input_0", "dtype": "float", "shape": dims}],  # noqa: E731
+                       "outputs": [{"name": "output_0", "dtype": "float", "shape": [dims[0], 1]}]}
+    key = CellKey("m", "dynamo", 18, "ort-cpu", ExportOptions(dim_policy="named"))
+    note = "seq was fixed to 6 by the exporter (input_0 dim 1)"
+    old = Record.for_cell("r1", key, "2.6.0", "e", Status.PASS,
+                          graph={"nodes": 2, "ops": {"Relu": 2}, "bytes": 900, "opset": 18, "io": io(["b", "s", 8])})
+    new = Record.for_cell("r1", key, "2.13.0", "e", Status.FAIL, stage="run", error="Fail: boom", notes=[note],
+                          bundle=str(bundle),
+                          graph={"nodes": 3, "ops": {"Relu": 2, "Reshape": 1}, "bytes": 1900, "opset": 18,
+                                 "io": io(["b", 6, 8]),
+                                 "specialised": [{"dim": "seq", "input": "input_0", "axis": 1, "value": 6, "note": note}],
+                                 "reduced": {"original_nodes": 3, "nodes": 1, "ops": {"Reshape": 1},
+                                             "file": str(bundle / "reduced.onnx"), "check": "fails at run: Fail: boom"}})
+    for rec in (old, new):
+        append_record(run_dir / "results.jsonl", rec)
+    write_reports(run_dir, [old, new], RunMeta(run_id="r1", started=1.0, finished=True), None)
+    w = Watched(browser, (run_dir / "matrix.html").as_uri())
+    page = w.page
+    assert "input_0 dims [b, s, 8] → [b, 6, 8]" in page.inner_text("#graph-changes")
+    assert note in page.inner_text("#fixed-dims") and "3 → 1" in page.inner_text("#reduced")
+    page.click("#matrix td.s-fail")
+    body = page.inner_text("dialog#details .d-extra")
+    assert note in body and "ops +Reshape×1" in body and "input_0 dims [b, s, 8] → [b, 6, 8]" in body
+    assert "3 → 1 nodes" in body and "fails at run" in body
+    links = page.locator("dialog#details .d-extra a")
+    assert sorted(links.all_inner_texts()) == ["inputs.npz", "model.onnx", "reduced.onnx"]
+    assert links.first.get_attribute("href").startswith("bundles/torch2.13.0-m-dynamo-op18-dim-named-ort-cpu/")
+    page.screenshot(path=str(tmp_path / "details-diagnosis.png"))
+    again = Watched(browser, (run_dir / "matrix.html").as_uri() + "#cell=torch2.13.0-m-dynamo-op18-dim-named-ort-cpu")
+    assert again.page.locator("dialog#details .d-extra").count() == 1
+    assert w.problems == [] and again.problems == [] and w.dialogs == []

@@ -1,0 +1,86 @@
+"""Dim policies, the file's input/output facts and silent specialisation, in process; real
+exports with each policy, compared with a plain export, are in test_dims_e2e.py."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from harness.run.dims import (
+    dim_marker,
+    fixed_size,
+    io_facts,
+    note_specialised,
+    specialised_dims,
+)
+from harness.run.export import graph_facts
+
+
+def test_markers_per_policy():
+    from torch.export import Dim
+
+    assert dim_marker("dynamic")("seq") is Dim.DYNAMIC
+    assert dim_marker("auto")("seq") is Dim.AUTO
+    assert dim_marker(None)("seq") is Dim.DYNAMIC   # what torch.onnx does with dynamic_axes here
+    named = dim_marker("named")
+    assert named("seq") is named("seq") and named("seq").__name__ == "seq"
+    assert named("batch") is not named("seq")
+    assert dim_marker("named")("my dim").__name__ == "my_dim"   # Dim names must be identifiers
+    with pytest.raises(ValueError):
+        dim_marker("fixed")
+
+
+def _model(path: Path, dims: list) -> Path:
+    x = helper.make_tensor_value_info("input_0", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("output_0", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["input_0"], ["output_0"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_io_facts_keep_symbolic_names_sizes_and_unknowns(tmp_path):
+    facts = graph_facts(_model(tmp_path / "m.onnx", ["batch", 6, None]))
+    assert facts["io"]["inputs"] == [{"name": "input_0", "dtype": "float", "shape": ["batch", 6, None]}]
+    assert facts["io"]["outputs"] == [{"name": "output_0", "dtype": "float", "shape": None}]
+    assert facts["inputs"] == ["input_0"]     # the older key stays
+    assert io_facts(onnx.load(str(tmp_path / "m.onnx")))["inputs"][0]["shape"][1] == 6
+    assert [fixed_size(d) for d in (6, "6", "s0", None)] == [6, 6, None, None]
+
+
+def test_fixed_dims_read_from_the_file_name_the_declared_dim(tmp_path):
+    dims = {0: {0: "batch", 1: "seq"}}
+    graph = graph_facts(_model(tmp_path / "m.onnx", ["s0", "6", 8]))   # torch 2.6's Dim.AUTO writes '6'
+    found = specialised_dims(dims, ["input_0"], graph)
+    assert [(f["dim"], f["axis"], f["value"]) for f in found] == [("seq", 1, 6)]
+    assert found[0]["note"] == "seq was fixed to 6 by the exporter (input_0 dim 1)"
+    assert specialised_dims(dims, ["input_0"], graph_facts(_model(tmp_path / "d.onnx", ["b", "s", 8]))) == []
+    notes = note_specialised(graph, dims, ["input_0"])
+    assert notes == [found[0]["note"]] and graph["specialised"] == found
+
+
+def _program(shape: list, ranges: dict) -> SimpleNamespace:
+    """What torch.onnx.export(dynamo=True) returns, as far as specialised_dims reads it."""
+    sizes = [s if isinstance(s, int) else SimpleNamespace(node=SimpleNamespace(expr=s)) for s in shape]
+    node = SimpleNamespace(op="placeholder", name="x", meta={"val": SimpleNamespace(shape=sizes)})
+    ep = SimpleNamespace(graph=SimpleNamespace(nodes=[node]), range_constraints=ranges,
+                         graph_signature=SimpleNamespace(user_inputs=["x"]))
+    return SimpleNamespace(exported_program=ep)
+
+
+def test_fixed_dims_read_from_the_exported_program(tmp_path):
+    """torch 2.13 with Dim.AUTO: the file keeps the symbol 's27' for seq, but the program's range
+    for it is [6, 6] (its Reshape target is baked): the note still names seq."""
+    dims = {0: {0: "batch", 1: "seq"}}
+    graph = graph_facts(_model(tmp_path / "m.onnx", ["s77", "s27", 8]))
+    one_value = SimpleNamespace(lower=6, upper=6)
+    open_range = SimpleNamespace(lower=2, upper=float("inf"))
+    found = specialised_dims(dims, ["input_0"], graph, _program(["s77", "s27", 8],
+                                                                {"s77": open_range, "s27": one_value}))
+    assert [(f["dim"], f["value"], f["where"]) for f in found] == [("seq", 6, "exported program")]
+    assert found[0]["note"] == "seq was fixed to 6 by the exporter (input_0 dim 1; the file keeps the symbolic dim 's27')"
+    assert specialised_dims(dims, ["input_0"], graph, _program(["s77", "s27", 8], {})) == []
+    # a program that does not look like one is ignored, never an error
+    assert specialised_dims(dims, ["input_0"], graph, SimpleNamespace(exported_program=object())) == []
