@@ -483,21 +483,15 @@ def _missing_function(file: Path, name: str) -> str | None:
     return f"it has no top-level {name!r} (functions there: {', '.join(funcs[:10]) or 'none'})"
 
 
-# Keys added after runs were stored: left out of the hash while at their default, so that a run
-# started before they existed still has the hash of the same matrix (resume checks it).
-_LATER_KEYS = {"cell_memory_mb": None, "log_max_mb": LOG_MAX_MB}
-
-
-# Keys added after the first release count in the hash only when set, so a matrix that does not
-# use them keeps its hash (and its runs' ids) across harness versions.
-_LATER_DEFAULTS = {("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
+# Keys added after the first release count in the hash only when set (not at their default), so
+# a matrix that does not use them keeps its hash: a run started before they existed still
+# resumes (resume checks the hash) and keeps its run-id suffix.
+_LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
+                   ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
 
 
 def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
-    for key, default in _LATER_KEYS.items():
-        if data.get(key) == default:
-            data.pop(key)
     for path, default in _LATER_DEFAULTS.items():
         *parents, last = path
         node = data

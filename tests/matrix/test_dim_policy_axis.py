@@ -57,5 +57,5 @@ def test_bad_policy_names_file_and_key(tmp_path):
         load_matrix(path)
     path.write_text('torch: ["2.13.0"]\nexporters: [dynamo]\nopsets: [18]\ncases: [mha]\n'
                     "include: [{dim_policy: fixed}]\n")
-    with pytest.raises(ConfigError, match=r"key 'include\[0\]': dim_policy"):
+    with pytest.raises(ConfigError, match=r"key 'include\[0\]\.dim_policy'"):
         load_matrix(path)
