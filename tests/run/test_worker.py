@@ -83,6 +83,6 @@ def test_run_job_emits_one_record_per_cell(tmp_path):
     ok, bad = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
     assert ok.status is Status.PASS and ok.key == CellKey("lin", "torchscript", 17, "ort-cpu")
     assert ok.parity.max_abs is not None and len(ok.parity.shapes) == 2 and ok.latency_ms.iterations >= 5
-    assert (bad.status, bad.stage) == (Status.FAIL, "export") and "broken on purpose" in bad.error
+    assert (bad.status, bad.stage) == (Status.FAIL, "reference") and "broken on purpose" in bad.error
     bundle = tmp_path / "run" / "bundles" / "c-bad"
     assert (bundle / "cell.json").exists() and Job.read(bundle / "cell.json").groups[0].cells[0].cell_id == "c-bad"
