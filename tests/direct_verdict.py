@@ -14,11 +14,15 @@ example shape is checked.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import inspect
 import json
+import shutil
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -26,6 +30,9 @@ import onnxruntime as ort
 import torch
 
 warnings.filterwarnings("ignore")
+# One folder per process: other test sessions may run this script at the same time.
+WORKDIR = Path(tempfile.mkdtemp(prefix="direct-verdict-"))
+atexit.register(shutil.rmtree, WORKDIR, True)
 
 
 def load(path: str, fn: str):
@@ -225,7 +232,7 @@ def verdict(item) -> dict:
     tensors = [(n, v, k) for n, v, k in leaves(args, kwargs) if isinstance(v, torch.Tensor)]
     names = [n for n, _, _ in tensors]
     by_name = {n: keyed[k] for n, _, k in tensors if k in keyed}
-    path = "/tmp/direct_verdict.onnx"
+    path = str(WORKDIR / "model.onnx")
     shapes = [(args, kwargs)]
     if second is not None:
         shapes.append(second)
