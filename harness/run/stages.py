@@ -198,7 +198,9 @@ class GroupContext:
         if spec.second is not None:
             same = [v.shape for v in spec.second.feeds().values()] == \
                 [v.shape for v in spec.example.feeds().values()]
-            if self.group.options.dynamic or same:
+            # at another shape only where the graph has dynamic dims; other values at the same
+            # shape always (a branch or a value frozen at export shows there)
+            if self.dims or same:
                 return spec.second, "case"
         if self.dims:
             return grow(spec.example, self.dims), "generated"

@@ -104,7 +104,7 @@ def test_sorted_lengths_survive_the_second_shape(records):
 
 def test_a_second_shape_eager_refuses_is_a_note_not_a_failure(records):
     for r in (r for r in records if r.case == "eager_rejects_second"):
-        assert r.stage not in ("reference", "export") or r.exporter == "dynamo", (r.cell_id, r.error)
+        assert r.exporter == "dynamo" or r.status == "pass", (r.cell_id, r.error)
         assert any("second shape not checked (eager-rejects-generated-second-shape)" in n for n in r.notes)
         if r.status == "pass":
             assert r.parity.extra["second_shape"]["reason"] == "eager-rejects-generated-second-shape"
@@ -139,9 +139,8 @@ def test_bundles_hold_every_input_leaf(records):
         bundle = Path(r.bundle)
         structure = json.loads((bundle / "inputs.json").read_text())
         assert [leaf["path"] for leaf in structure[0]["leaves"]] == ["tokens", "hidden.0", "hidden.1"]
-        if r.stage in ("run", "parity", "load", "check"):
-            with np.load(bundle / "inputs.npz") as npz:
-                assert sorted(npz.files) == ["input_0", "input_1_0", "input_1_1"]
+        with np.load(bundle / "inputs.npz") as npz:
+            assert sorted(npz.files) == ["input_0", "input_1_0", "input_1_1"]
 
 
 def test_the_bundled_file_runs_with_all_three_inputs(records, meta):
