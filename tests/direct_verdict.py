@@ -215,14 +215,23 @@ def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, kwar
     if names is None:
         names = [f"input_{i}" for i in range(len(inputs))]
         dims_by_name = {f"input_{i}": d for i, d in dims.items()}
+    inputs = tuple(inputs)
+    if not kwargs and inputs and isinstance(inputs[-1], dict):
+        # torch.onnx.export reads a trailing dict as keyword inputs: the documented escape for
+        # TorchScript is an empty dict after it; dynamo takes it by its parameter name.
+        if exporter == "torchscript":
+            inputs = inputs + ({},)
+        else:
+            param = list(inspect.signature(model.forward).parameters)[len(inputs) - 1]
+            inputs, kwargs = inputs[:-1], {param: inputs[-1]}
     extra = {"kwargs": kwargs} if kwargs else {}
     if exporter == "torchscript":
-        torch.onnx.export(model, tuple(inputs), path, opset_version=opset, dynamo=False, input_names=names,
+        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=False, input_names=names,
                           dynamic_axes=dims_by_name or None, **extra)
     else:
         # Every input named, in order (torch 2.6 unflattens the converted shapes in dict order).
         axes = {n: dims_by_name.get(n) for n in names} if dims_by_name else None
-        torch.onnx.export(model, tuple(inputs), path, opset_version=opset, dynamo=True, input_names=names,
+        torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
                           dynamic_axes=axes, **extra)
 
 

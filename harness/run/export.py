@@ -71,7 +71,7 @@ def _dynamic_axes(dims: dict[Key, Dims], inputs: CaseInputs, style: str) -> dict
     return named
 
 
-def _call_arguments(inputs: CaseInputs, exporter: str, supported: set[str], model: Any) -> tuple[tuple, dict]:
+def _call_arguments(inputs: CaseInputs, exporter: str, supported: set[str]) -> tuple[tuple, dict]:
     """(args, extra export kwargs) carrying the example inputs to torch.onnx.export.
 
     torch.onnx.export reads a trailing dict in ``args`` as keyword inputs; a positional dict
@@ -108,7 +108,7 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     kwargs: dict[str, Any] = {"opset_version": opset, "input_names": names}
     if outputs:
         kwargs["output_names"] = outputs
-    args, call = _call_arguments(inputs, exporter, supported, spec.model)
+    args, call = _call_arguments(inputs, exporter, supported)
     if exporter == "torchscript":
         if "dynamo" in supported:
             kwargs["dynamo"] = False

@@ -60,7 +60,7 @@ def short_error(exc: BaseException) -> str:
     """'Type: first line', plus the root cause when the outer message is a generic wrapper."""
     text = f"{type(exc).__name__}: {_first_line(exc)}"
     root = root_cause(exc)
-    if root is not exc and _first_line(root) not in text:
+    if root is not exc and not (_first_line(root) and _first_line(root) in text):
         text += f" <- {type(root).__name__}: {_first_line(root)}".rstrip(": ")
     return text[:500]
 

@@ -137,3 +137,16 @@ def dict_output():
     x, scale, bias = torch.randn(3, 8), torch.tensor(2.0), torch.randn(3, 4)
     dims = ({0: "batch"}, None, {"bias": [{0: "batch"}]})
     return DictOutput().eval(), (x,), {"scale": scale, "extras": {"bias": [bias]}}, dims
+
+
+class DictArgument(nn.Module):
+    """A dict as the last positional argument (torch.onnx.export reads a trailing dict as keywords)."""
+
+    def forward(self, x: torch.Tensor, feats: dict):
+        return x @ feats["w"] + feats["b"]
+
+
+def dict_argument():
+    torch.manual_seed(0)
+    x, feats = torch.randn(3, 4), {"w": torch.randn(4, 2), "b": torch.randn(2)}
+    return DictArgument().eval(), (x, feats), {0: {0: "batch"}}
