@@ -1,8 +1,9 @@
 """Independent OpenVINO verdicts: plain torch.onnx.export (or a given file) + openvino.Core, no harness code.
 
 Run inside an environment's python: ``python direct_openvino.py CELLS.json OUT.jsonl`` where each
-item has {"target" ("module:function"), "exporter", "opset"} and optionally "model" (an exported
-file to use instead of exporting, e.g. a failing cell's bundle). One JSON verdict per line.
+item has {"target" ("module:function")} or {"case_file", "case_fn"}, "exporter", "opset", and
+optionally "model" (an exported file to use instead of exporting, e.g. a failing cell's bundle).
+One JSON verdict per line. Inputs, dims and the second shape are read as direct_verdict.py does.
 """
 from __future__ import annotations
 
@@ -15,31 +16,49 @@ import numpy as np
 import openvino as ov
 import torch
 from direct_verdict import (  # same folder: the plain-API helpers
+    WORKDIR,
     export_plain,
     flat,
-    grow,
+    grow_structured,
+    leaves,
+    load,
+    read_case,
+    resolve,
 )
 
 warnings.filterwarnings("ignore")
 
 
-def export(model, inputs, dims, item, path):
-    export_plain(model, inputs, dims, item["exporter"], item["opset"], path)
+def case_function(item):
+    if "case_file" in item:
+        return load(item["case_file"], item["case_fn"])
+    module, fn = item["target"].split(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def verdict(item) -> dict:
-    torch.manual_seed(0)
-    module, fn = item["target"].split(":")
-    res = getattr(importlib.import_module(module), fn)()
-    model, inputs = res[0].eval(), tuple(res[1])
-    dims = {int(k): {int(d): n for d, n in v.items()} for k, v in (res[2] if len(res) == 3 else {}).items()}
-    shapes = [inputs] + ([grow(inputs, dims)] if dims else [])
+    model, args, kwargs, dims, second, params = read_case(case_function(item))
+    keyed = resolve(dims, args, kwargs, params)
+    tensors = [(n, k) for n, v, k in leaves(args, kwargs) if isinstance(v, torch.Tensor)]
+    names = [n for n, _ in tensors]
+    by_name = {n: keyed[k] for n, k in tensors if k in keyed}
+    shapes = [(args, kwargs)]
+    if second is not None:
+        shapes.append(second)
+    elif keyed:
+        shapes.append(grow_structured(args, kwargs, keyed))
     with torch.no_grad():
-        refs = [flat(model(*x)) for x in shapes]
-    path = item.get("model") or "/tmp/direct_openvino.onnx"
+        refs = [flat(model(*args, **kwargs))]
+        if len(shapes) > 1:
+            try:
+                refs.append(flat(model(*shapes[1][0], **shapes[1][1])))
+            except Exception:
+                shapes = shapes[:1]   # eager refuses the second shape: the example decides
+    path = item.get("model") or str(WORKDIR / "model.onnx")
     if not item.get("model"):
         try:
-            export(model, inputs, dims, item, path)
+            export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
+                         names=names, dims_by_name=by_name)
         except Exception as e:
             return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
     core = ov.Core()
@@ -50,9 +69,12 @@ def verdict(item) -> dict:
         return {"stage": "load", "status": "fail", "error": str(e)[:300]}
     graph_inputs = [p.get_any_name() for p in compiled.inputs]
     outs = []
-    for x in shapes:
-        tensors = [t for t in x if isinstance(t, torch.Tensor)]
-        feed = dict(zip(graph_inputs, (t.numpy() for t in tensors)))
+    for a, k in shapes:
+        values = dict(zip(names, (v for _, v, _ in leaves(a, k) if isinstance(v, torch.Tensor))))
+        if all(n in values for n in graph_inputs):
+            feed = {n: values[n].numpy() for n in graph_inputs}
+        else:
+            feed = dict(zip(graph_inputs, (t.numpy() for t in values.values())))
         try:
             result = compiled(feed)
             outs.append([np.asarray(result[o]) for o in compiled.outputs])

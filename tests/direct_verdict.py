@@ -3,13 +3,26 @@
 Run inside an environment's python: ``python direct_verdict.py CELLS.json OUT.jsonl`` where the file lists
 {"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
+
+Cases may return nested and keyword inputs (see harness/run/cases.py for the contract); this
+script reads them with its own few lines. Dynamic dims reach torch as a user migrating from
+TorchScript writes them: ``dynamic_axes`` keyed by input name, also with ``dynamo=True`` (torch
+converts them as its release does). The second shape is the case's ``second_inputs`` or the
+example grown by one in every dynamic dim, entries repeated in place (positions keep counting,
+lengths padded to the longest keep reaching the padded size); when eager refuses it, only the
+example shape is checked.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import inspect
 import json
+import shutil
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,6 +30,9 @@ import onnxruntime as ort
 import torch
 
 warnings.filterwarnings("ignore")
+# One folder per process: other test sessions may run this script at the same time.
+WORKDIR = Path(tempfile.mkdtemp(prefix="direct-verdict-"))
+atexit.register(shutil.rmtree, WORKDIR, True)
 
 
 def load(path: str, fn: str):
@@ -26,48 +42,212 @@ def load(path: str, fn: str):
     return getattr(mod, fn)
 
 
-def grow(inputs, dims):
-    sizes = {}
-    for i, ds in dims.items():
-        for d, name in ds.items():
-            sizes.setdefault(name, inputs[i].shape[d] + 1)
+def has_tensor(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, dict):
+        return any(has_tensor(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(has_tensor(v) for v in x)
+    return False
+
+
+def as_args(x) -> tuple:
+    return tuple(x) if isinstance(x, (list, tuple)) else (x,)
+
+
+def read_case(fn):
+    """(model, args, kwargs, dims as given, second inputs as (args, kwargs) or None)."""
+    torch.manual_seed(0)
+    res = list(fn())
+    model, first = res[0], res[1]
+    rest = res[2:]
+    if isinstance(first, dict):
+        args, kwargs = (), dict(first)
+    else:
+        args, kwargs = as_args(first), {}
+        if rest and isinstance(rest[0], dict) and (has_tensor(rest[0]) or (not rest[0] and len(rest) > 1)):
+            kwargs = rest.pop(0)
+    dims = rest.pop(0) if rest else None
+    second = rest.pop(0) if rest else getattr(fn, "second_inputs", None)
+    second = second() if callable(second) else second
+    if second is not None:
+        if args and kwargs:
+            second = (as_args(second[0]), dict(second[1]))
+        elif kwargs:
+            second = ((), dict(second))
+        else:
+            second = (as_args(second), {})
+    model.eval()
+    params = list(inspect.signature(model.forward).parameters)
+    kwargs = {k: kwargs[k] for k in [p for p in params if p in kwargs] + [k for k in kwargs if k not in params]}
+    if second is not None:
+        second = (second[0], {k: second[1][k] for k in kwargs})
+    return model, args, kwargs, dims, second, params
+
+
+def leaves(args, kwargs):
+    """[(name, tensor or value, (top, *path))] in graph-input order."""
     out = []
-    for i, x in enumerate(inputs):
-        for d, name in sorted(dims.get(i, {}).items()):
-            extra = sizes[name] - x.shape[d]
-            x = torch.cat([x, x.narrow(d, 0, extra)], d)
-        out.append(x)
-    return tuple(out)
+
+    def walk(x, name, key):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{name}_{k}", key + (k,))
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{name}_{i}", key + (i,))
+        else:
+            out.append((name, x, key))
+
+    for i, a in enumerate(args):
+        walk(a, f"input_{i}", (i,))
+    for k, v in kwargs.items():
+        walk(v, k, (k,))
+    return out
+
+
+def resolve(dims, args, kwargs, params):
+    """dynamic dims (index, 'path', or nested structure) → {leaf key: {dim: name}}."""
+    out = {}
+
+    def is_map(d):
+        return isinstance(d, dict) and d and all(isinstance(k, int) for k in d) and \
+            all(isinstance(v, str) for v in d.values())
+
+    def node(key):
+        x = args[key[0]] if isinstance(key[0], int) else kwargs[key[0]]
+        for k in key[1:]:
+            x = x[k]
+        return x
+
+    def put(key, spec):
+        if spec is None:
+            return
+        if is_map(spec):
+            out[key] = {d % node(key).dim(): n for d, n in spec.items()}
+        elif isinstance(spec, dict):
+            for k, v in spec.items():
+                put(key + (k,), v)
+        else:
+            for i, v in enumerate(spec):
+                put(key + (i,), v)
+
+    if isinstance(dims, (list, tuple)):
+        tops = list(range(len(args))) + list(kwargs)
+        for top, spec in zip(tops, dims):
+            put((top,), spec)
+        return out
+    for k, spec in (dims or {}).items():
+        if isinstance(k, int):
+            put((k,), spec)
+            continue
+        first, *rest = k.split(".")
+        top = first if first in kwargs else (params.index(first) if first in params else int(first))
+        put((top, *(int(p) if p.isdigit() else p for p in rest)), spec)
+    return out
+
+
+def grow(inputs, dims):
+    """Legacy helper (positional tensors, {index: {dim: name}}), kept for direct_openvino.py."""
+    args, _ = grow_structured(tuple(inputs), {}, {(i,): d for i, d in dims.items()})
+    return args
+
+
+def grow_structured(args, kwargs, dims):
+    old = {}
+    for key, ds in dims.items():
+        for d, n in ds.items():
+            old.setdefault(n, leaf_at(args, kwargs, key).shape[d])
+    new = {n: s + 1 if s > 1 else 3 for n, s in old.items()}
+
+    def grow_one(x, ds):
+        for d, n in sorted(ds.items()):
+            size = new[n]
+            if not x.is_floating_point() and x.dtype != torch.bool and x.shape[d] > 1 and \
+                    (x.narrow(d, 0, 1) == 0).all() and (torch.diff(x, dim=d) == 1).all():
+                shape = [-1 if i == d else 1 for i in range(x.dim())]
+                x = x.narrow(d, 0, 1) + torch.arange(size).reshape(shape).to(x.dtype)
+            else:
+                x = x.index_select(d, torch.arange(size) * x.shape[d] // size)
+        if x.dim() == 1 and not x.is_floating_point() and x.dtype != torch.bool and x.numel() and int(x.max()) > 1:
+            for n in old:
+                if n not in ds.values() and old[n] >= 2 and int(x.max()) == old[n]:
+                    x = torch.where(x == old[n], torch.full_like(x, new[n]), x)
+                    break
+        return x
+
+    def rebuild(x, key):
+        if isinstance(x, dict):
+            return {k: rebuild(v, key + (k,)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(rebuild(v, key + (i,)) for i, v in enumerate(x))
+        return grow_one(x, dims[key]) if key in dims else x
+
+    return (tuple(rebuild(a, (i,)) for i, a in enumerate(args)),
+            {k: rebuild(v, (k,)) for k, v in kwargs.items()})
+
+
+def leaf_at(args, kwargs, key):
+    x = args[key[0]] if isinstance(key[0], int) else kwargs[key[0]]
+    for k in key[1:]:
+        x = x[k]
+    return x
 
 
 def flat(o):
     if isinstance(o, torch.Tensor):
         return [o.detach().numpy()]
     if isinstance(o, dict):
-        return [y for x in o.values() for y in flat(x)]
+        return [y for x in o.values() if x is not None for y in flat(x)]
     if isinstance(o, (list, tuple)):
         return [y for x in o for y in flat(x)]
     return []
 
 
-def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, policy: str | None = None):
-    """torch.onnx.export as a user calls it: dynamic_axes for TorchScript, Dim.DYNAMIC for dynamo
-    (or, with a dim policy, Dim.AUTO / Dim("name"))."""
-    names = [f"input_{i}" for i in range(len(inputs))]
+def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, kwargs=None, names=None,
+                 dims_by_name=None, policy=None):
+    """torch.onnx.export as a user calls it: ``dynamic_axes`` by input name, with either exporter;
+    with a dim policy (dynamo), ``dynamic_shapes`` marked Dim.DYNAMIC / Dim.AUTO / Dim("name")
+    per positional input. Returns what torch.onnx.export returns.
+
+    Older callers pass positional ``inputs`` and ``dims`` as {index: {dim: name}}.
+    """
+    kwargs = kwargs or {}
+    if names is None:
+        names = [f"input_{i}" for i in range(len(inputs))]
+        dims_by_name = {f"input_{i}": d for i, d in dims.items()}
+    inputs = tuple(inputs)
+    if not kwargs and inputs and isinstance(inputs[-1], dict):
+        # torch.onnx.export reads a trailing dict as keyword inputs: the documented escape for
+        # TorchScript is an empty dict after it; dynamo takes it by its parameter name.
+        if exporter == "torchscript":
+            inputs = inputs + ({},)
+        else:
+            param = list(inspect.signature(model.forward).parameters)[len(inputs) - 1]
+            inputs, kwargs = inputs[:-1], {param: inputs[-1]}
+    extra = {"kwargs": kwargs} if kwargs else {}
     if exporter == "torchscript":
         return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=False, input_names=names,
-                                 dynamic_axes={f"input_{i}": d for i, d in dims.items()} or None)
-    from torch.export import Dim
+                                 dynamic_axes=dims_by_name or None, **extra)
+    if policy is not None:
+        from torch.export import Dim
 
-    named = {}
-    mark = {None: lambda n: Dim.DYNAMIC, "dynamic": lambda n: Dim.DYNAMIC, "auto": lambda n: Dim.AUTO,
-            "named": lambda n: named.setdefault(n, Dim(n))}[policy]
-    ds = tuple({d: mark(n) for d, n in dims[i].items()} if i in dims else None for i in range(len(inputs)))
-    return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
-                             dynamic_shapes=ds if dims else None)
+        named = {}
+        mark = {"dynamic": lambda n: Dim.DYNAMIC, "auto": lambda n: Dim.AUTO,
+                "named": lambda n: named.setdefault(n, Dim(n))}[policy]
+        ds = tuple({d: mark(n) for d, n in dims_by_name[nm].items()} if nm in (dims_by_name or {}) else None
+                   for nm in names[:len(inputs)])
+        return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                                 dynamic_shapes=ds if dims_by_name else None, **extra)
+    else:
+        # Every input named, in order (torch 2.6 unflattens the converted shapes in dict order).
+        axes = {n: dims_by_name.get(n) for n in names} if dims_by_name else None
+        return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                                 dynamic_axes=axes, **extra)
 
 
-def fixed_dims(program, path: str, dims) -> dict:
+def fixed_dims(program, path: str, dims_by_name, names) -> dict:
     """Declared dynamic dims that are a number in the file's inputs or a one-value range in the
     exported program: {"input_0": {1: 6}}."""
     graph = onnx.load(path).graph
@@ -76,7 +256,8 @@ def fixed_dims(program, path: str, dims) -> dict:
     if getattr(program, "exported_program", None) is not None:
         placeholders = [n.meta["val"] for n in program.exported_program.graph.nodes if n.op == "placeholder"]
     out = {}
-    for i, ds in dims.items():
+    for name, ds in (dims_by_name or {}).items():
+        i = names.index(name)
         shape = graph.input[i].type.tensor_type.shape.dim
         for d in ds:
             dim = shape[d]
@@ -90,26 +271,35 @@ def fixed_dims(program, path: str, dims) -> dict:
                 elif rng is not None and rng.lower == rng.upper:
                     value = int(rng.lower)
             if value is not None:
-                out.setdefault(f"input_{i}", {})[d] = value
+                out.setdefault(name, {})[d] = value
     return out
 
 
 def verdict(item) -> dict:
-    torch.manual_seed(0)
-    res = load(item["case_file"], item["case_fn"])()
-    model, inputs = res[0], tuple(res[1])
-    dims = {int(k): {int(d): n for d, n in v.items()} for k, v in (res[2] if len(res) == 3 else {}).items()}
-    model.eval()
-    names = [f"input_{i}" for i in range(len(inputs))]
-    path = "/tmp/direct_verdict.onnx"
-    shapes = [inputs] + ([grow(inputs, dims)] if dims else [])
+    model, args, kwargs, dims, second, params = read_case(load(item["case_file"], item["case_fn"]))
+    keyed = resolve(dims, args, kwargs, params)
+    tensors = [(n, v, k) for n, v, k in leaves(args, kwargs) if isinstance(v, torch.Tensor)]
+    names = [n for n, _, _ in tensors]
+    by_name = {n: keyed[k] for n, _, k in tensors if k in keyed}
+    path = str(WORKDIR / "model.onnx")
+    shapes = [(args, kwargs)]
+    if second is not None:
+        shapes.append(second)
+    elif keyed:
+        shapes.append(grow_structured(args, kwargs, keyed))
     with torch.no_grad():
-        refs = [flat(model(*x)) for x in shapes]
+        refs = [flat(model(*args, **kwargs))]
+        if len(shapes) > 1:
+            try:
+                refs.append(flat(model(*shapes[1][0], **shapes[1][1])))
+            except Exception:
+                shapes = shapes[:1]   # eager refuses the second shape: the example decides
     try:
-        program = export_plain(model, inputs, dims, item["exporter"], item["opset"], path, item.get("dim_policy"))
+        program = export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
+                               names=names, dims_by_name=by_name, policy=item.get("dim_policy"))
     except Exception as e:
         return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
-    fixed = fixed_dims(program, path, dims)
+    fixed = fixed_dims(program, path, by_name, names)
     try:
         onnx.checker.check_model(path, full_check=True)
     except Exception as e:
@@ -120,8 +310,9 @@ def verdict(item) -> dict:
         return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed}
     graph_inputs = [i.name for i in sess.get_inputs()]
     outs = []
-    for x in shapes:
-        feed = {n: t.numpy() for n, t in zip(names, x) if n in graph_inputs}
+    for a, k in shapes:
+        values = [v for _, v, _ in leaves(a, k) if isinstance(v, torch.Tensor)]
+        feed = {n: t.numpy() for n, t in zip(names, values) if n in graph_inputs}
         try:
             outs.append(sess.run(None, feed))
         except Exception as e:
@@ -130,11 +321,11 @@ def verdict(item) -> dict:
         try:
             assert len(ref) == len(out), "output count"
             for r, o in zip(ref, out):
-                assert r.shape == o.shape and r.dtype == o.dtype, "shape/dtype"
+                assert r.shape == o.shape and r.dtype == o.dtype, f"shape/dtype {o.shape} vs eager {r.shape}"
                 np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
         except AssertionError as e:
             return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed}
-    return {"stage": None, "status": "pass", "error": None, "fixed": fixed}
+    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed}
 
 
 if __name__ == "__main__":

@@ -39,8 +39,14 @@ class Status(str, enum.Enum):
 
 
 class Stage(str, enum.Enum):
-    """The stages of a cell, in order; a failed cell names the first one that failed."""
+    """The stages of a cell, in order; a failed cell names the first one that failed.
 
+    ``reference``: the case is built and run in torch eager (the references parity compares
+    against); a case that raises, returns inputs that do not fit, or whose model raises at the
+    example inputs fails here, before anything is exported.
+    """
+
+    REFERENCE = "reference"
     EXPORT = "export"
     CHECK = "check"
     LOAD = "load"

@@ -88,6 +88,23 @@ def load_hints(path: Path = HINTS_FILE) -> list[dict[str, Any]]:
     return yaml.safe_load(path.read_text()) or []
 
 
+def suggests_exporter(hint: str, exporter: str) -> bool:
+    """Whether ``hint`` tells the user to use ``exporter`` (never said to a cell already using it)."""
+    return re.search(rf"\b(?:use|try|switch to|with)\s+the\s+{re.escape(exporter)}\s+exporter\b",
+                     hint, re.I) is not None
+
+
+def hint_for(rec: Record, hints: list[tuple[re.Pattern[str], dict[str, Any]]]) -> str | None:
+    """The first hint whose pattern matches the error, whose ``stage`` and ``exporter`` (when
+    given) are the cell's, and that does not suggest the exporter the cell already uses."""
+    for pattern, hint in hints:
+        if (pattern.search(rec.error or "") and hint.get("stage", rec.stage) == rec.stage
+                and hint.get("exporter", rec.exporter) == rec.exporter
+                and not suggests_exporter(hint["hint"], rec.exporter)):
+            return hint["hint"]
+    return None
+
+
 class Annotator:
     def __init__(self, xfail: list[Any] | None = None, hints: list[dict[str, Any]] | None = None) -> None:
         self.xfail = xfail or []
@@ -105,8 +122,5 @@ class Annotator:
                 rec.reason = f"listed as known failure but passes: {known.reason} ({known.link})"
         rec.signature = signature(rec)
         if rec.error:
-            for pattern, hint in self.hints:
-                if pattern.search(rec.error) and hint.get("stage", rec.stage) == rec.stage:
-                    rec.hint = hint["hint"]
-                    break
+            rec.hint = hint_for(rec, self.hints)
         return rec

@@ -24,8 +24,15 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
         data = ctx.onnx_path.with_name(ctx.onnx_path.name + ".data")
         if data.exists():
             shutil.copy2(data, bundle_dir / data.name)
-    for i, feeds in enumerate(ctx.feeds):
-        np.savez(bundle_dir / ("inputs.npz" if i == 0 else f"inputs_shape{i + 1}.npz"), **feeds)
+    # Every tensor leaf of the (nested, keyword) inputs under its ONNX input name; inputs.json
+    # maps names back to paths in the case's structure and keeps the non-tensor leaves.
+    structure = []
+    for i, (feeds, inputs) in enumerate(zip(ctx.feeds, ctx.shapes)):
+        suffix = "" if i == 0 else f"_shape{i + 1}"
+        np.savez(bundle_dir / f"inputs{suffix}.npz", **feeds)
+        structure.append({"file": f"inputs{suffix}.npz", "leaves": inputs.describe()})
+    if structure:
+        (bundle_dir / "inputs.json").write_text(json.dumps(structure, indent=1))
     # Eager outputs and the case's tolerances: what `harness reduce` checks a parity failure against.
     for i, refs in enumerate(ctx.references):
         np.savez(bundle_dir / ("expected.npz" if i == 0 else f"expected_shape{i + 1}.npz"),

@@ -1,4 +1,14 @@
-"""Cases: callables returning (model, example_inputs[, dynamic_dims]).
+"""Cases: callables returning a model, its example inputs and which dims are dynamic.
+
+A case returns one of
+- ``(model, args[, dynamic_dims[, second_inputs]])``: ``args`` a tuple of positional inputs
+  (a single tensor is one input), nested tuples, lists and dicts allowed;
+- ``(model, inputs_mapping[, dynamic_dims[, second_inputs]])``: keyword inputs
+  (``{"input_ids": ..., "attention_mask": ...}``);
+- ``(model, args, kwargs[, dynamic_dims[, second_inputs]])``: both.
+``dynamic_dims`` is resolved by ``harness.run.inputs.resolve_dims`` (index, path or structure).
+``second_inputs`` (or the function's ``second_inputs`` attribute, a value or a callable) are
+inputs of the same structure at another shape, used instead of generated ones.
 
 Referenced as a built-in probe name, ``path/to/file.py:function`` or ``package.module:function``.
 Imported inside worker environments: standard library at module level, torch lazily.
@@ -8,12 +18,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from harness.core.cell import CaseRef
 from harness.probes import PROBES
+from harness.run.inputs import CaseInputs, InputsError, Key, is_dim_map, resolve_dims
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -27,13 +39,19 @@ class CaseSkipped(Exception):
 class CaseSpec:
     name: str
     model: Any
-    inputs: tuple
-    dynamic_dims: dict[int, dict[int, str]] = field(default_factory=dict)
+    example: CaseInputs
+    dynamic_dims: dict[Key, dict[int, str]] = field(default_factory=dict)   # by leaf key
+    second: CaseInputs | None = None      # the case's own inputs at another shape
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     was_training: bool = False
     # How dynamic_dims reach torch.onnx.export: "dict" (named axes) or "list" (dim indices).
     dynamic_axes_style: str = "dict"
+
+    @property
+    def inputs(self) -> tuple:
+        """The positional example inputs (keyword inputs are in ``example.kwargs``)."""
+        return self.example.args
 
 
 def resolve_target(ref: str, base_dir: Path | None = None) -> Callable[..., Any]:
@@ -75,27 +93,89 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
     check_requirements(fn)
     torch.manual_seed(0)
     try:
-        result = fn()
+        model, example, dims, second = parse_result(name, fn())
+        if second is None:
+            second = getattr(fn, "second_inputs", None)
+            second = second() if callable(second) else second
     except ImportError as exc:
         raise CaseSkipped(f"case needs a package that is missing: {exc}") from exc
-    if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise TypeError(
-            f"case {name!r} must return (model, example_inputs) or "
-            f"(model, example_inputs, dynamic_dims), got {type(result).__name__}"
-        )
-    model, inputs = result[0], result[1]
-    dynamic_dims = result[2] if len(result) == 3 else {}
-    if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (tuple, list)):
-        inputs = (inputs,)
-    dynamic_dims = {int(i): {int(d): str(n) for d, n in dims.items()}
-                    for i, dims in (dynamic_dims or {}).items()}
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
         model.eval()
+    example = CaseInputs(example.args, example.kwargs, model=model)
+    try:
+        dynamic_dims = resolve_dims(dims, example)
+        second_inputs = as_inputs(second, example, model) if second is not None else None
+    except InputsError as exc:
+        raise InputsError(f"case {name!r}: {exc}") from None
     return CaseSpec(
-        name=name, model=model, inputs=tuple(inputs), dynamic_dims=dynamic_dims,
+        name=name, model=model, example=example, dynamic_dims=dynamic_dims, second=second_inputs,
         atol=atol if atol is not None else getattr(fn, "atol", DEFAULT_ATOL),
         rtol=rtol if rtol is not None else getattr(fn, "rtol", DEFAULT_RTOL),
         was_training=was_training,
         dynamic_axes_style=getattr(fn, "dynamic_axes_style", "dict"),
     )
+
+
+_SHAPES = ("(model, args[, dynamic_dims[, second_inputs]]), (model, {keyword: input}[, ...]) or "
+           "(model, args, kwargs[, dynamic_dims[, second_inputs]])")
+
+
+def parse_result(name: str, result: Any) -> tuple[Any, CaseInputs, Any, Any]:
+    """A case's return value → (model, example inputs, dynamic dims as given, second inputs)."""
+    if not isinstance(result, tuple) or not 2 <= len(result) <= 5:
+        raise TypeError(f"case {name!r} must return {_SHAPES}, got "
+                        f"{type(result).__name__}{f' of {len(result)}' if isinstance(result, tuple) else ''}")
+    model, first, *rest = result
+    if isinstance(first, Mapping):
+        example = CaseInputs((), first)
+    else:
+        example = CaseInputs(_as_args(first), {})
+        if rest and isinstance(rest[0], Mapping) and (
+                not _is_dims(rest[0]) or (not rest[0] and len(rest) >= 2)):
+            example = CaseInputs(example.args, rest.pop(0))
+    dims = rest.pop(0) if rest else None
+    second = rest.pop(0) if rest else None
+    if rest:
+        raise TypeError(f"case {name!r} must return {_SHAPES}; got {len(result)} elements")
+    return model, example, dims, second
+
+
+def _as_args(inputs: Any) -> tuple:
+    import torch
+
+    if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (tuple, list)):
+        return (inputs,)
+    return tuple(inputs)
+
+
+def _is_dims(spec: Any) -> bool:
+    """Dynamic dims in any form (as opposed to keyword inputs): only dim maps and None inside."""
+    if spec is None or is_dim_map(spec):
+        return True
+    if isinstance(spec, Mapping):
+        return all(_is_dims(v) for v in spec.values())
+    if isinstance(spec, (tuple, list)):
+        return all(_is_dims(v) for v in spec)
+    return False
+
+
+def as_inputs(value: Any, like: CaseInputs, model: Any) -> CaseInputs:
+    """Second inputs given as the example was (args, a keyword mapping, or (args, kwargs)), checked
+    to have the example's structure."""
+    if like.args and like.kwargs:
+        if not (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[1], Mapping)):
+            raise InputsError("second_inputs must be (args, kwargs) like the example inputs")
+        out = CaseInputs(_as_args(value[0]), value[1], model=model)
+    elif like.kwargs:
+        if not isinstance(value, Mapping):
+            raise InputsError("second_inputs must be a mapping of keyword inputs like the example inputs")
+        out = CaseInputs((), value, model=model)
+    else:
+        out = CaseInputs(_as_args(value), {}, model=model)
+    want = [(leaf.key, leaf.is_tensor) for leaf in like.leaves()]
+    got = [(leaf.key, leaf.is_tensor) for leaf in out.leaves()]
+    if want != got:
+        raise InputsError(f"second_inputs have another structure than the example inputs: "
+                          f"{[leaf.path for leaf in out.leaves()]} vs {like.paths()}")
+    return out

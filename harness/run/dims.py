@@ -6,44 +6,13 @@ Worker side: standard library at module level; torch and onnx lazily.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from harness.runtimes.base import RuntimeUnavailable
 
 
 class DimPolicyUnavailable(RuntimeUnavailable):
     """The installed torch cannot mark dims the way the policy asks: a skip, not a failure."""
-
-
-def dim_marker(policy: str | None) -> Callable[[str], Any]:
-    """A function from a dim's name to what ``dynamic_shapes`` holds for it under ``policy``.
-
-    None is what torch.onnx does with ``dynamic_axes`` on the installed release: ``Dim.DYNAMIC``
-    where it exists, else a named ``Dim``. One name gives one ``Dim`` object within an export.
-    """
-    from torch.export import Dim
-
-    if policy is None:
-        policy = "dynamic" if hasattr(Dim, "DYNAMIC") else "named"
-    if policy == "named":
-        named: dict[str, Any] = {}
-        return lambda name: named.setdefault(name, Dim(_identifier(name)))
-    attr = {"dynamic": "DYNAMIC", "auto": "AUTO"}.get(policy)
-    if attr is None:
-        raise ValueError(f"unknown dim_policy {policy!r}")
-    if not hasattr(Dim, attr):
-        import torch
-
-        raise DimPolicyUnavailable(f"dim_policy {policy!r} needs torch.export.Dim.{attr}, which "
-                                   f"torch {torch.__version__} does not have")
-    marker = getattr(Dim, attr)
-    return lambda name: marker
-
-
-def _identifier(name: str) -> str:
-    """torch.export.Dim names must be identifiers."""
-    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return text if text and not text[0].isdigit() else f"d_{text}"
 
 
 # ---- what the file declares -----------------------------------------------------------------
@@ -83,7 +52,7 @@ def fixed_size(dim: Any) -> int | None:
 
 # ---- silent specialisation ------------------------------------------------------------------
 
-def specialised_dims(dims: dict[int, dict[int, str]], names: list[str], graph: dict[str, Any],
+def specialised_dims(dims: dict[str, dict[int, str]], names: list[str], graph: dict[str, Any],
                      program: Any = None) -> list[dict[str, Any]]:
     """Dims the case declared dynamic that the export fixed to a number.
 
@@ -95,8 +64,7 @@ def specialised_dims(dims: dict[int, dict[int, str]], names: list[str], graph: d
     by_name = {s["name"]: s for s in inputs}
     program_sizes = _program_sizes(program, len(names))
     found = []
-    for i, axes in sorted(dims.items()):
-        name = f"input_{i}"
+    for name, axes in sorted(dims.items()):
         position = names.index(name) if name in names else None
         spec = by_name.get(name) or (inputs[position] if position is not None and position < len(inputs) else None)
         for axis, dim_name in sorted(axes.items()):
@@ -149,7 +117,7 @@ def _program_sizes(program: Any, count: int) -> list[list[int | None] | None]:
         return []
 
 
-def note_specialised(graph: dict[str, Any], dims: dict[int, dict[int, str]], names: list[str],
+def note_specialised(graph: dict[str, Any], dims: dict[str, dict[int, str]], names: list[str],
                      program: Any = None) -> list[str]:
     """Record the fixed dims in ``graph['specialised']``; return their notes for the record."""
     found = specialised_dims(dims, names, graph, program)

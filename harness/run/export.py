@@ -5,20 +5,87 @@ Runs inside worker environments: torch and onnx are imported lazily.
 from __future__ import annotations
 
 import inspect
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from harness.run.cases import CaseSpec
-from harness.run.dims import DimPolicyUnavailable, dim_marker, io_facts
+from harness.run.dims import DimPolicyUnavailable, io_facts
+from harness.run.inputs import CaseInputs, Dims, Key, dims_by_name, signature_of
 
 EXPORTERS = ("torchscript", "dynamo")
 
+# How torch.onnx.export(dynamo=True) turns ``dynamic_axes`` into ``dynamic_shapes``, per release
+# (read in each release's torch/onnx/_internal/exporter/_compat.py / _dynamic_shapes.py):
+# 2.6 (and before): torch.export.Dim(name with non-letters removed, max=99999), one Dim per name,
+# so dims sharing a name are one symbol (pytorch/pytorch#140488); 2.7: Dim.AUTO (#143158);
+# 2.8 and later: Dim.DYNAMIC (#153065). The harness marks dynamic dims the same way by default.
+DIM_NAMED, DIM_AUTO, DIM_DYNAMIC = "Dim(name, max=99999)", "Dim.AUTO", "Dim.DYNAMIC"
+DYNAMIC_AXES = "dynamic_axes"
+# The dim_policy axis (options.dim_policy) marks dims as a user would write it instead of as the
+# release converts dynamic_axes: Dim.DYNAMIC, Dim.AUTO, or Dim("name") (one Dim per name).
+DIM_USER_NAMED = "Dim(name)"
+POLICY_MARKING = {"dynamic": DIM_DYNAMIC, "auto": DIM_AUTO, "named": DIM_USER_NAMED}
+
+
+def _release(version: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def dim_marking(torch_version: str | None = None) -> str:
+    """The Dim a dynamic_axes entry becomes under dynamo=True in this torch release."""
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    release = _release(torch_version)
+    if release < (2, 7):
+        return DIM_NAMED
+    if release < (2, 8):
+        return DIM_AUTO
+    return DIM_DYNAMIC
+
+
+def policy_marking(policy: str) -> str:
+    """The marking a dim_policy asks for; DimPolicyUnavailable (a skip) where this torch lacks it."""
+    from torch.export import Dim
+
+    marking = POLICY_MARKING[policy]
+    attr = {DIM_DYNAMIC: "DYNAMIC", DIM_AUTO: "AUTO"}.get(marking)
+    if attr is not None and not hasattr(Dim, attr):
+        import torch
+
+        raise DimPolicyUnavailable(f"dim_policy {policy!r} needs torch.export.Dim.{attr}, which "
+                                   f"torch {torch.__version__} does not have")
+    return marking
+
+
+def dim_marker(marking: str):
+    """A function from a dim's name to what ``dynamic_shapes`` holds for it; a named marking
+    gives one ``Dim`` object per name within one export (dims sharing a name are one symbol)."""
+    from torch.export import Dim
+
+    if marking == DIM_DYNAMIC:
+        return lambda name: Dim.DYNAMIC
+    if marking == DIM_AUTO:
+        return lambda name: Dim.AUTO
+    named: dict[str, Any] = {}
+    if marking == DIM_USER_NAMED:
+        return lambda name: named.setdefault(name, Dim(_identifier(name)))
+    # torch 2.6's own rewrite of a dynamic_axes name: non-letters removed, max=99999
+    return lambda name: named.setdefault(name, Dim(re.sub(r"[^A-Za-z_]", "", name), max=99999))
+
+
+def _identifier(name: str) -> str:
+    """torch.export.Dim names must be identifiers."""
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return text if text and not text[0].isdigit() else f"d_{text}"
+
 
 def input_names(spec: CaseSpec) -> list[str]:
-    import torch
-
-    return [f"input_{i}" for i, x in enumerate(spec.inputs) if isinstance(x, torch.Tensor)]
+    return spec.example.input_names()
 
 
 def _export_kwargs_supported() -> set[str]:
@@ -27,69 +94,110 @@ def _export_kwargs_supported() -> set[str]:
     return set(inspect.signature(torch.onnx.export).parameters)
 
 
-def output_names(count: int) -> list[str]:
-    return [f"output_{i}" for i in range(count)]
-
-
-def _dynamic_axes(dims: dict[int, dict[int, str]], style: str) -> dict[str, Any]:
+def _dynamic_axes(dims: dict[Key, Dims], inputs: CaseInputs, style: str) -> dict[str, Any]:
     """dynamic_axes as users write it: named dicts, or plain dim lists (auto-named by torch)."""
+    named = dims_by_name(dims, inputs)
     if style == "list":
-        return {f"input_{i}": sorted(d) for i, d in dims.items()}
-    return {f"input_{i}": dict(d) for i, d in dims.items()}
+        return {n: sorted(d) for n, d in named.items()}
+    return named
+
+
+def _call_arguments(inputs: CaseInputs, exporter: str, supported: set[str]) -> tuple[tuple, dict]:
+    """(args, extra export kwargs) carrying the example inputs to torch.onnx.export.
+
+    torch.onnx.export reads a trailing dict in ``args`` as keyword inputs; a positional dict
+    argument is therefore followed by an empty dict (TorchScript, as torch documents) or passed
+    by its parameter name (dynamo, which has no such escape).
+    """
+    args, kwargs = inputs.args, dict(inputs.kwargs)
+    if not kwargs and args and isinstance(args[-1], dict):
+        params = inputs.params
+        if exporter == "dynamo" and len(args) <= len(params):
+            args, kwargs = args[:-1], {params[len(args) - 1]: args[-1]}
+        else:
+            args = args + ({},)
+    if not kwargs:
+        return args, {}
+    if "kwargs" in supported:
+        return args, {"kwargs": kwargs}
+    return args + (kwargs,), {}
 
 
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
-                 outputs: list[str] | None = None, dim_policy: str | None = None) -> Any:
-    """Export exactly as a user calling torch.onnx.export would, for the installed torch; returns
-    what torch.onnx.export returns (dynamo: the ONNXProgram, whose exported program tells which
-    dims were fixed)."""
+                 outputs: list[str] | None = None,
+                 dim_policy: str | None = None) -> tuple[str | None, Any]:
+    """Export exactly as a user calling torch.onnx.export would, for the installed torch.
+
+    Returns how dynamic dims were marked (recorded as ``options["dim_marking"]``; None when
+    static) and what torch.onnx.export returned (dynamo: the ONNXProgram, whose exported program
+    tells which dims were fixed). ``dim_policy`` (dynamo only) marks dims as a user would write
+    them instead of as the release converts ``dynamic_axes``.
+    """
     import torch
 
-    names = input_names(spec)
+    inputs = spec.example
+    names = inputs.input_names()
     dims = spec.dynamic_dims if dynamic else {}
     supported = _export_kwargs_supported()
     kwargs: dict[str, Any] = {"opset_version": opset, "input_names": names}
     if outputs:
         kwargs["output_names"] = outputs
+    args, call = _call_arguments(inputs, exporter, supported)
     if exporter == "torchscript":
         if "dynamo" in supported:
             kwargs["dynamo"] = False
         kwargs["do_constant_folding"] = constant_folding
         if dims:
-            kwargs["dynamic_axes"] = _dynamic_axes(dims, spec.dynamic_axes_style)
-        return torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
-    elif exporter == "dynamo":
-        if "dynamo" not in supported:
-            if dim_policy is not None:
-                raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
-            _export_dynamo_legacy(spec, path, dynamic=bool(dims))
-            return None
-        kwargs["dynamo"] = True
-        if dims and spec.dynamic_axes_style == "list" and dim_policy is None:
-            # The migrating user's call: dynamic_axes handed to dynamo, torch converts it.
-            kwargs["dynamic_axes"] = _dynamic_axes(dims, "list")
-        elif dims:
-            kwargs["dynamic_shapes"] = _dynamic_shapes(spec, dims, dim_policy)
-        if "verbose" in supported:
-            kwargs["verbose"] = False
-        result = torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
-        if not path.exists() and result is not None:  # very early dynamo=True releases
-            result.save(str(path))
-        return result
-    else:
+            kwargs["dynamic_axes"] = _dynamic_axes(dims, inputs, spec.dynamic_axes_style)
+        torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
+        return (DYNAMIC_AXES if dims else None), None
+    if exporter != "dynamo":
         raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
+    if "dynamo" not in supported:
+        if dim_policy is not None:
+            raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
+        _export_dynamo_legacy(spec, path, dynamic=bool(dims))
+        return ("dynamic_shapes=True" if dims else None), None
+    kwargs["dynamo"] = True
+    marking = dim_marking() if dim_policy is None else policy_marking(dim_policy)
+    if dims and spec.dynamic_axes_style == "list" and dim_policy is None:
+        # The migrating user's call: dynamic_axes handed to dynamo, torch converts it.
+        kwargs["dynamic_axes"] = _dynamic_axes(dims, inputs, "list")
+        marking = f"{DYNAMIC_AXES} -> {marking}"
+    elif dims:
+        kwargs["dynamic_shapes"] = dynamic_shapes(inputs, dims, marking, spec.model)
+    if "verbose" in supported:
+        kwargs["verbose"] = False
+    result = torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
+    if not path.exists() and result is not None:  # very early dynamo=True releases
+        result.save(str(path))
+    return (marking if dims else None), result
 
 
-def _dynamic_shapes(spec: CaseSpec, dims: dict[int, dict[int, str]], policy: str | None = None) -> tuple:
-    """dynamic_shapes for torch.export: dims marked as the policy says (None: the way torch.onnx
-    converts dynamic_axes)."""
-    mark = dim_marker(policy)
-
-    return tuple(
-        {d: mark(n) for d, n in dims[i].items()} if i in dims else None
-        for i in range(len(spec.inputs))
-    )
+def dynamic_shapes(inputs: CaseInputs, dims: dict[Key, Dims], marking: str, model: Any) -> tuple:
+    """dynamic_shapes for torch.export: one entry per argument of ``forward`` that the inputs
+    bind, in signature order (a ``*args`` parameter takes one tuple, ``**kwargs`` one dict), each
+    shaped like its input, with ``{dim: Dim}`` at dynamic tensors and None elsewhere."""
+    mark = dim_marker(marking)
+    specs = inputs.mirror(lambda leaf: {d: mark(n) for d, n in dims[leaf.key].items()}
+                          if leaf.key in dims else None)
+    by_top = dict(zip([top for top, _ in inputs.tops()], specs))
+    sig = signature_of(model)
+    try:
+        bound = sig.bind(*range(len(inputs.args)), **{k: k for k in inputs.kwargs}).arguments
+    except (AttributeError, TypeError):  # no signature, or inputs that do not bind: as given
+        return tuple(specs)
+    out = []
+    for pname, placeholder in bound.items():
+        kind = sig.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            out.append(tuple(by_top[i] for i in placeholder))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            out.append({k: by_top[v] for k, v in placeholder.items()})
+        else:
+            out.append(by_top[placeholder])
+    return tuple(out)
 
 
 def _export_dynamo_legacy(spec: CaseSpec, path: Path, dynamic: bool) -> None:
@@ -97,7 +205,8 @@ def _export_dynamo_legacy(spec: CaseSpec, path: Path, dynamic: bool) -> None:
     import torch
 
     options = torch.onnx.ExportOptions(dynamic_shapes=dynamic)
-    torch.onnx.dynamo_export(spec.model, *spec.inputs, export_options=options).save(str(path))
+    torch.onnx.dynamo_export(spec.model, *spec.example.args, **spec.example.kwargs,
+                             export_options=options).save(str(path))
 
 
 def check_model(path: Path) -> None:
@@ -127,8 +236,8 @@ def graph_facts(path: Path) -> dict[str, Any]:
         "nodes": len(model.graph.node),
         "ops": dict(sorted(ops.items())),
         "bytes": size,
+        "io": io_facts(model),   # names, dtypes, shapes with symbolic dims: what drift compares
         "inputs": [i.name for i in model.graph.input],
         "outputs": [o.name for o in model.graph.output],
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
-        "io": io_facts(model),   # names, dtypes, shapes with symbolic dims: what drift compares
     }

@@ -13,25 +13,71 @@ class ParityError(AssertionError):
     """Outputs differ beyond tolerance, in count, shape or dtype, or hold NaN/Inf where eager does not."""
 
 
-def flatten_outputs(obj: Any) -> list[np.ndarray]:
-    """Torch outputs (tensor, tuple, list, dict, ModelOutput) → flat list of numpy arrays, in the
-    order both exporters flatten them; None and non-tensor leaves are dropped."""
+def output_leaves(obj: Any) -> list[tuple[tuple, np.ndarray]]:
+    """Torch outputs → (path, numpy array) per tensor, in the order both exporters flatten them:
+    tuples and lists by position, dicts and ModelOutputs by their (non-None) entries in order,
+    dataclasses by field, other pytree nodes as torch.utils._pytree flattens them. None and
+    non-tensor leaves are dropped (they are no graph outputs)."""
+    import dataclasses
+    from collections.abc import Mapping
+
     import torch
 
-    out: list[np.ndarray] = []
+    out: list[tuple[tuple, np.ndarray]] = []
 
-    def visit(x: Any) -> None:
+    def children(x: Any) -> list[tuple[Any, Any]]:
+        if isinstance(x, Mapping):
+            return [(k, v) for k, v in x.items() if v is not None]
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return list(zip(x._fields, x))
+        if isinstance(x, (list, tuple)):
+            return list(enumerate(x))
+        if hasattr(x, "to_tuple"):
+            return list(enumerate(x.to_tuple()))
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]
+        import torch.utils._pytree as pytree
+
+        from harness.run.inputs import component
+
+        try:
+            flat, _ = pytree.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+            if len(flat) == 1 and not flat[0][0]:
+                return []
+            return [(component(entries[0]), v) for entries, v in flat]
+        except (ValueError, TypeError):  # a node registered without key paths
+            leaves = pytree.tree_leaves(x)
+            return [] if leaves == [x] else list(enumerate(leaves))
+
+    def visit(x: Any, path: tuple) -> None:
         if isinstance(x, torch.Tensor):
-            out.append(x.detach().cpu().resolve_conj().resolve_neg().numpy())
-        elif isinstance(x, dict) or hasattr(x, "to_tuple"):
-            for v in (x.values() if isinstance(x, dict) else x.to_tuple()):
-                visit(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                visit(v)
+            out.append((path, x.detach().cpu().resolve_conj().resolve_neg().numpy()))
+        elif x is not None and not isinstance(x, (bool, int, float, complex, str, bytes)):
+            for comp, child in children(x):
+                visit(child, path + (comp,))
 
-    visit(obj)
+    visit(obj, ())
     return out
+
+
+def flatten_outputs(obj: Any) -> list[np.ndarray]:
+    """Torch outputs (tensor, tuple, list, dict, ModelOutput, dataclass) → flat list of arrays."""
+    return [arr for _, arr in output_leaves(obj)]
+
+
+def output_names(paths: list[tuple]) -> list[str]:
+    """ONNX output names from output paths: 'output_0', 'output_1_0', 'output_logits'."""
+    from harness.run.inputs import valid_name
+
+    names: list[str] = []
+    for path in paths:
+        base = valid_name("_".join(["output", *map(str, path or (0,))]))
+        name, n = base, 1
+        while name in names:
+            n += 1
+            name = f"{base}_{n}"
+        names.append(name)
+    return names
 
 
 def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
@@ -121,34 +167,81 @@ def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float, lab
     return stats
 
 
-def second_shape_inputs(inputs: tuple, dynamic_dims: dict[int, dict[int, str]],
-                        seed: int = 1) -> tuple | None:
+def second_shape_inputs(inputs: Any, dynamic_dims: dict, seed: int = 1) -> Any:
     """Inputs that differ from the example in every dynamic dim (same name → same new size).
 
-    Values are the example wrapped along each grown dim, so token ids stay valid ids and masks
-    keep their structure; float inputs get fresh seeded noise of the same scale on top.
+    ``inputs`` is a ``CaseInputs`` with dims keyed by leaf key, or (older callers) a tuple of
+    positional inputs with dims keyed by index; the result is of the same kind (None without
+    dynamic dims). Values respect what integer inputs encode: along a grown dim, entries are
+    repeated in place (index ``k * old // new``), never wrapped around, so sorted lengths stay
+    sorted, padding masks keep their padding at the same end, token ids stay valid ids, and
+    every input grown along one named dim stays aligned with the others; an integer input that
+    counts 0, 1, 2, ... along the dim (positions) keeps counting, and 1-D lengths whose longest
+    entry is another dynamic dim's size (padded to the longest) follow that dim. Float inputs
+    get fresh seeded noise of their own scale on top. A model that still refuses them in eager
+    gets a note, not a failure (``GroupContext``); a case can give its own ``second_inputs``.
     """
     import torch
 
+    from harness.run.inputs import CaseInputs, iter_dims
+
     if not dynamic_dims:
         return None
-    sizes: dict[str, int] = {}
-    for i, dims in dynamic_dims.items():
-        for d, name in dims.items():
-            cur = inputs[i].shape[d]
-            sizes.setdefault(name, cur + 1 if cur > 1 else 3)
+    legacy = not isinstance(inputs, CaseInputs)
+    case_inputs = CaseInputs(tuple(inputs), params=[]) if legacy else inputs
+    dims = {(k,) if isinstance(k, int) else tuple(k): v for k, v in dynamic_dims.items()}
+    old: dict[str, int] = {}
+    for key, d, name in iter_dims(dims):
+        old.setdefault(name, case_inputs.node(key).shape[d])
+    sizes = {name: cur + 1 if cur > 1 else 3 for name, cur in old.items()}
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for i, x in enumerate(inputs):
-        if i not in dynamic_dims or not isinstance(x, torch.Tensor):
-            out.append(x)
-            continue
+
+    def grow(leaf) -> Any:
+        x = leaf.value
+        if not dims.get(leaf.key):
+            return x
         y = x
-        for d, name in sorted(dynamic_dims[i].items()):
-            index = torch.arange(sizes[name]) % y.shape[d]
-            y = y.index_select(d, index)
+        for d, name in sorted(dims[leaf.key].items()):
+            y = _grow_dim(y, d, sizes[name])
+        # Lengths: a 1-D count whose longest entry is the padded size of another dynamic dim
+        # keeps reaching it (a batch padded to its longest sequence stays so).
+        other = [n for n in old if n not in dims[leaf.key].values() and old[n] >= 2]
+        if _is_lengths(y) and other:
+            longest = next((n for n in other if int(y.max()) == old[n]), None)
+            if longest is not None:
+                y = torch.where(y == old[longest], torch.full_like(y, sizes[longest]), y)
         if y.is_floating_point():
             scale = float(x.std()) if x.numel() > 1 else 1.0
             y = y + 0.1 * scale * torch.randn(y.shape, generator=gen, dtype=y.dtype)
-        out.append(y.contiguous())
-    return tuple(out)
+        return y.contiguous()
+
+    grown = case_inputs.map_tensors(grow)
+    return grown.args if legacy else grown
+
+
+def _grow_dim(x: Any, dim: int, size: int) -> Any:
+    import torch
+
+    old = x.shape[dim]
+    if _counts_along(x, dim):
+        steps = torch.arange(size, dtype=x.dtype).reshape([-1 if i == dim else 1 for i in range(x.dim())])
+        return x.narrow(dim, 0, 1) + steps
+    index = torch.arange(size) * old // size
+    return x.index_select(dim, index)
+
+
+def _counts_along(x: Any, dim: int) -> bool:
+    """An integer tensor that is 0, 1, 2, ... along ``dim`` (position ids)."""
+    import torch
+
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool or x.shape[dim] < 2:
+        return False
+    return bool((x.narrow(dim, 0, 1) == 0).all() and (torch.diff(x, dim=dim) == 1).all())
+
+
+def _is_lengths(x: Any) -> bool:
+    """A 1-D integer tensor of counts (not a 0/1 mask)."""
+    import torch
+
+    return (x.dim() == 1 and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
+            and x.numel() > 0 and bool((x >= 0).all()) and int(x.max()) > 1)

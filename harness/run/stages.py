@@ -1,5 +1,6 @@
-"""The stages of a cell inside the worker: export and check once per export group
-(``GroupContext``), then load → run → parity → latency per runtime cell (``run_cell``).
+"""The stages of a cell inside the worker: reference (case built, eager outputs), export and
+check once per export group (``GroupContext``), then load → run → parity → latency per runtime
+cell (``run_cell``).
 
 Exceptions become statuses in one place (``stage``); a cell's record is made by
 ``Record.for_cell``. Standard library at module level; torch, onnx and runtimes lazily.
@@ -19,6 +20,7 @@ from harness.core.job import CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
 from harness.run.dims import note_specialised
+from harness.run.inputs import dims_by_name
 
 
 class SecondShapeError(RuntimeError):
@@ -41,15 +43,27 @@ def _first_line(exc: BaseException) -> str:
     return lines[0].strip() if lines else ""
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The most specific cause of ``exc``: the innermost exception of its ``__cause__`` chain
+    (``raise ... from``), the link exporters and runtimes use to wrap the error that stopped them.
+
+    An implicit ``__context__`` (an exception that was being handled when ``exc`` was raised) is
+    never followed: torch.export and the exporters catch and retry internally, and the exception
+    their handler was looking at is unrelated to the one that ends the export.
+    """
+    root, seen = exc, {id(exc)}
+    while (nxt := root.__cause__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        root = nxt
+    return root
+
+
 def short_error(exc: BaseException) -> str:
     """'Type: first line', plus the root cause when the outer message is a generic wrapper."""
     text = f"{type(exc).__name__}: {_first_line(exc)}"
-    root, seen = exc, {id(exc)}
-    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        root = nxt
-    if root is not exc and _first_line(root) and _first_line(root) not in text:
-        text += f" <- {type(root).__name__}: {_first_line(root)}"
+    root = root_cause(exc)
+    if root is not exc and not (_first_line(root) and _first_line(root) in text):
+        text += f" <- {type(root).__name__}: {_first_line(root)}".rstrip(": ")
     return text[:500]
 
 
@@ -103,43 +117,43 @@ class GroupContext:
         self.spec = None
         self.graph: dict[str, Any] = {}
         self.notes: list[str] = []
+        self.shapes: list[Any] = []                  # CaseInputs: the example, then the second
         self.feeds: list[dict[str, Any]] = []
         self.references: list[list[Any]] = []
+        self.output_paths: list[tuple] = []
+        self.second_shape: dict[str, Any] | None = None   # how the second shape was checked
+        self.dim_marking: str | None = None
+
+    @property
+    def dims(self) -> dict:
+        return self.spec.dynamic_dims if self.spec is not None and self.group.options.dynamic else {}
 
     def prepare(self) -> None:
-        import torch
-
         from harness.run import export as exp
         from harness.run.cases import CaseSkipped, build_case
-        from harness.run.parity import flatten_outputs, second_shape_inputs
+        from harness.run.parity import output_names
 
         g, opts = self.group, self.group.options
         try:
-            with stage(Stage.EXPORT, self.durations):
+            with stage(Stage.REFERENCE, self.durations):
                 try:
                     self.spec = build_case(g.case, g.case_ref, Path(self.job.base_dir), g.atol, g.rtol)
                 except CaseSkipped as exc:
-                    raise StageFailure(Stage.EXPORT, exc, Status.SKIP) from exc
+                    raise StageFailure(Stage.REFERENCE, exc, Status.SKIP) from exc
                 if self.spec.was_training:
                     self.notes.append("case returned a model in training mode; exported in eval mode")
-                dims = self.spec.dynamic_dims if opts.dynamic else {}
-                shapes = [self.spec.inputs]
-                second = second_shape_inputs(self.spec.inputs, dims)
-                if second is not None:
-                    shapes.append(second)
-                with torch.no_grad():
-                    self.references = [flatten_outputs(self.spec.model(*x)) for x in shapes]
-                names = exp.input_names(self.spec)
-                for x in shapes:
-                    ts = [t for t in x if isinstance(t, torch.Tensor)]
-                    self.feeds.append({n: t.detach().cpu().numpy() for n, t in zip(names, ts)})
-                outputs = exp.output_names(len(self.references[0]))
-                program = exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
-                                           dynamic=opts.dynamic, constant_folding=opts.constant_folding,
-                                           outputs=outputs, dim_policy=opts.dim_policy)
+                self._references()
+            names = self.spec.example.input_names()
+            outputs = output_names(self.output_paths)
+            with stage(Stage.EXPORT, self.durations):
+                self.dim_marking, program = exp.export_model(
+                    self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
+                    constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy)
             with stage(Stage.CHECK, self.durations):
                 self.graph = exp.graph_facts(self.onnx_path)
-                self.notes += note_specialised(self.graph, dims, names, program)  # dims the exporter fixed
+                # dims the case declared dynamic that the exporter fixed
+                self.notes += note_specialised(self.graph, dims_by_name(self.dims, self.spec.example),
+                                               names, program)
                 # Names given at export are what deployment code feeds and fetches by: a lost
                 # name is a note (the cell still runs by position), not a failure.
                 for kind, given in (("input", names), ("output", outputs)):
@@ -151,6 +165,51 @@ class GroupContext:
         except StageFailure as failure:
             self.failure = failure
 
+    def _references(self) -> None:
+        """Eager outputs at the example inputs (a failure fails the cell at ``reference``) and at
+        the second shape: the case's own ``second_inputs``, else inputs grown in every dynamic
+        dim. Eager rejecting the second shape is a note, and the cell is checked at the example
+        shape only."""
+        import torch
+
+        from harness.run.parity import output_leaves, second_shape_inputs
+
+        spec = self.spec
+        with torch.no_grad():
+            leaves = output_leaves(spec.example.call(spec.model))
+        self.output_paths = [p for p, _ in leaves]
+        self.shapes, self.references = [spec.example], [[a for _, a in leaves]]
+        second, source = self._second_inputs(second_shape_inputs)
+        if second is not None:
+            try:
+                with torch.no_grad():
+                    self.references.append([a for _, a in output_leaves(second.call(spec.model))])
+                self.shapes.append(second)
+                self.second_shape = {"checked": True, "source": source}
+            except Exception as exc:  # noqa: BLE001 - the model's own verdict on those inputs
+                traceback.print_exc()
+                reason = f"eager-rejects-{source}-second-shape"
+                shapes = {n: list(v.shape) for n, v in second.feeds().items()}
+                self.second_shape = {"checked": False, "source": source, "reason": reason,
+                                     "error": short_error(exc)}
+                self.notes.append(f"second shape not checked ({reason}): torch eager rejects the "
+                                  f"{source} inputs {shapes}: {short_error(exc)}; the verdict is "
+                                  "for the example shape only")
+        self.feeds = [s.feeds() for s in self.shapes]
+
+    def _second_inputs(self, grow) -> tuple[Any, str]:
+        spec = self.spec
+        if spec.second is not None:
+            same = [v.shape for v in spec.second.feeds().values()] == \
+                [v.shape for v in spec.example.feeds().values()]
+            # at another shape only where the graph has dynamic dims; other values at the same
+            # shape always (a branch or a value frozen at export shows there)
+            if self.dims or same:
+                return spec.second, "case"
+        if self.dims:
+            return grow(spec.example, self.dims), "generated"
+        return None, ""
+
 
 def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Record:
     from harness.run.latency import measure, runtime_floor
@@ -161,6 +220,9 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
     rec = Record.for_cell(job.run_id, g.key(cell), versions["torch"], job.env, Status.PASS,
                           cell_id=cell.cell_id, versions=dict(versions), graph=ctx.graph,
                           opset_actual=ctx.graph.get("opset"), notes=list(ctx.notes))
+    if ctx.dim_marking:
+        # How dynamic dims reached the exporter (not part of the cell's identity).
+        rec.options["dim_marking"] = ctx.dim_marking
     durations = dict(ctx.durations)
     adapter = None
     try:
@@ -184,11 +246,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
                 except Exception as exc:
                     if i == 0:
                         raise
-                    shapes = {n: list(v.shape) for n, v in use.items()}
-                    culprits = _culprit_dims(ctx, adapter, graph_inputs)
-                    raise SecondShapeError(
-                        f"at second shape {shapes}: rejected when growing {', '.join(culprits) or 'all dims together'} "
-                        f"(dynamic dims {ctx.spec.dynamic_dims}): {short_error(exc)}") from exc
+                    raise _second_shape_error(ctx, adapter, graph_inputs, use, exc) from exc
         with stage(Stage.PARITY, durations):
             parity = Parity(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
@@ -199,6 +257,8 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
                 parity.shapes.append({"inputs": shape, **stats})
             parity.max_abs = max(s["max_abs"] for s in parity.shapes)
             parity.max_rel = max(s["max_rel"] for s in parity.shapes)
+            if ctx.second_shape:
+                parity.extra["second_shape"] = dict(ctx.second_shape)
             rec.parity = parity
         with stage(Stage.LATENCY, durations):
             if job.latency.enabled:
@@ -223,25 +283,33 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
     return rec
 
 
+def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str],
+                        feeds: dict[str, Any], exc: Exception) -> SecondShapeError:
+    shapes = {n: list(v.shape) for n, v in feeds.items()}
+    dims = dims_by_name(ctx.dims, ctx.spec.example)
+    if ctx.second_shape and ctx.second_shape.get("source") == "case":
+        where = "the case's second_inputs"
+    else:
+        where = "growing " + (", ".join(_culprit_dims(ctx, adapter, graph_inputs)) or "all dims together")
+    return SecondShapeError(f"at second shape {shapes}: rejected when {where} "
+                            f"(dynamic dims {dims}): {short_error(exc)}")
+
+
 def _culprit_dims(ctx: GroupContext, adapter: Any, graph_inputs: list[str]) -> list[str]:
     """Grow one named dynamic dim at a time to say which input and dim the graph rejects."""
-    import torch
-
-    from harness.run.export import input_names
+    from harness.run.inputs import iter_dims
     from harness.run.parity import second_shape_inputs
 
-    names = input_names(ctx.spec)
+    names = {leaf.key: leaf.name for leaf in ctx.spec.example.leaves()}
     culprits = []
-    for dim_name in sorted({n for dims in ctx.spec.dynamic_dims.values() for n in dims.values()}):
-        only = {i: {d: n for d, n in dims.items() if n == dim_name}
-                for i, dims in ctx.spec.dynamic_dims.items()}
-        grown = second_shape_inputs(ctx.spec.inputs, {i: d for i, d in only.items() if d})
-        tensors = [t for t in grown if isinstance(t, torch.Tensor)]
-        feeds = {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
+    for dim_name in sorted({name for _, _, name in iter_dims(ctx.dims)}):
+        only = {key: {d: n for d, n in ds.items() if n == dim_name} for key, ds in ctx.dims.items()}
+        only = {key: ds for key, ds in only.items() if ds}
+        feeds = second_shape_inputs(ctx.spec.example, only).feeds()
         try:
             adapter.infer(_match_feeds(feeds, graph_inputs))
         except Exception:  # noqa: BLE001 - probing which dim the graph rejects
-            where = [f"input_{i} dim {d}" for i, dims in only.items() for d in dims]
+            where = [f"{names[key]} dim {d}" for key, ds in only.items() for d in ds]
             culprits.append(f"'{dim_name}' ({', '.join(where)})")
     return culprits
 

@@ -70,6 +70,11 @@ def reported_precision(value: Any) -> str:
     return _REPORTED.get(str(name).lower(), str(name))
 
 
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping 0-d inputs 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.require(value, requirements="C")
+
+
 class OpenVinoAdapter(RuntimeAdapter):
     name = "openvino"
     device = "CPU"
@@ -110,7 +115,7 @@ class OpenVinoAdapter(RuntimeAdapter):
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         # Feeds are keyed by graph input name; the model keeps its dynamic dims, so every call
         # may use a new shape. Outputs are copied: the request reuses its buffers.
-        call_readably(self.request.infer, {name: np.ascontiguousarray(v) for name, v in feeds.items()})
+        call_readably(self.request.infer, {name: _contiguous(v) for name, v in feeds.items()})
         return [self.request.get_output_tensor(i).data.copy() for i in range(len(self.compiled.outputs))]
 
     def timed_call(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
@@ -118,7 +123,7 @@ class OpenVinoAdapter(RuntimeAdapter):
 
         # As benchmark_app does: inputs are bound once (zero-copy), a timed call is one
         # synchronous inference whose outputs stay in the request's buffers.
-        self._bound = {n: np.ascontiguousarray(v) for n, v in feeds.items()}
+        self._bound = {n: _contiguous(v) for n, v in feeds.items()}
         for name, value in self._bound.items():
             self.request.set_tensor(name, ov.Tensor(value, shared_memory=True))
         return lambda: self.request.infer(share_outputs=True)

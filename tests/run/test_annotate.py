@@ -119,3 +119,48 @@ def test_no_signature_for_passes():
 def test_hints_for_traps(error, stage, needle):
     out = Annotator(xfail=[])(rec(error, stage=stage))
     assert out.hint and needle in out.hint, out.hint
+
+
+UNORDERED = "IndexError: unordered_map::at"
+
+
+@pytest.mark.parametrize("error,stage", [
+    (SDPA_213, "export"), (RESHAPE_MHA, "run"), (PARITY_SECOND, "parity"), (UNORDERED, "export"),
+    (DISPATCH, "export"), (CONTROL_FLOW, "export"), (DOWNCONVERT, "check"),
+    ("TypeError: Unsupported value type for opset 13", "export"),
+])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_hints_never_suggest_the_exporter_the_cell_uses(error, stage, exporter):
+    from harness.run.annotate import suggests_exporter
+
+    out = Annotator(xfail=[])(rec(error, stage=stage, exporter=exporter))
+    assert out.hint is None or not suggests_exporter(out.hint, exporter), out.hint
+
+
+def test_a_dynamo_graph_rejecting_the_second_shape_gets_its_own_hint():
+    ts = Annotator(xfail=[])(rec(RESHAPE_MHA, stage="run", exporter="torchscript"))
+    dy = Annotator(xfail=[])(rec(RESHAPE_MHA, stage="run", exporter="dynamo"))
+    assert "dynamo exporter" in ts.hint
+    assert dy.hint and "dynamo exporter" not in dy.hint and "mark that dim dynamic" in dy.hint
+
+
+def test_every_hint_that_names_an_exporter_is_kept_from_that_exporters_cells():
+    from harness.run.annotate import load_hints, suggests_exporter
+
+    named = 0
+    for hint in load_hints():
+        forced = {**hint, "pattern": "."}  # match any error: only stage / exporter / the guard decide
+        for exporter in ("torchscript", "dynamo"):
+            out = Annotator(xfail=[], hints=[forced])(rec("Error: x", stage=hint.get("stage", "export"),
+                                                          exporter=exporter))
+            if suggests_exporter(hint["hint"], exporter):
+                named += 1
+                assert out.hint is None, (hint["hint"], exporter)
+            elif hint.get("exporter", exporter) == exporter:
+                assert out.hint == hint["hint"]
+    assert named >= 3, "hints.yaml suggests exporters in several hints"
+
+
+def test_reference_failures_say_nothing_was_exported():
+    out = Annotator(xfail=[])(rec("AssertionError: lengths must be sorted", stage="reference"))
+    assert "nothing was exported" in out.hint

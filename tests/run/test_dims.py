@@ -10,7 +10,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from harness.run.dims import (
-    dim_marker,
     fixed_size,
     io_facts,
     note_specialised,
@@ -22,15 +21,17 @@ from harness.run.export import graph_facts
 def test_markers_per_policy():
     from torch.export import Dim
 
-    assert dim_marker("dynamic")("seq") is Dim.DYNAMIC
-    assert dim_marker("auto")("seq") is Dim.AUTO
-    assert dim_marker(None)("seq") is Dim.DYNAMIC   # what torch.onnx does with dynamic_axes here
-    named = dim_marker("named")
+    from harness.run.export import DIM_DYNAMIC, dim_marker, dim_marking, policy_marking
+
+    assert dim_marker(policy_marking("dynamic"))("seq") is Dim.DYNAMIC
+    assert dim_marker(policy_marking("auto"))("seq") is Dim.AUTO
+    assert dim_marking() == DIM_DYNAMIC   # what torch.onnx does with dynamic_axes on this release
+    named = dim_marker(policy_marking("named"))
     assert named("seq") is named("seq") and named("seq").__name__ == "seq"
     assert named("batch") is not named("seq")
-    assert dim_marker("named")("my dim").__name__ == "my_dim"   # Dim names must be identifiers
-    with pytest.raises(ValueError):
-        dim_marker("fixed")
+    assert dim_marker(policy_marking("named"))("my dim").__name__ == "my_dim"   # identifiers only
+    with pytest.raises(KeyError):
+        policy_marking("fixed")
 
 
 def _model(path: Path, dims: list) -> Path:
@@ -51,7 +52,7 @@ def test_io_facts_keep_symbolic_names_sizes_and_unknowns(tmp_path):
 
 
 def test_fixed_dims_read_from_the_file_name_the_declared_dim(tmp_path):
-    dims = {0: {0: "batch", 1: "seq"}}
+    dims = {"input_0": {0: "batch", 1: "seq"}}
     graph = graph_facts(_model(tmp_path / "m.onnx", ["s0", "6", 8]))   # torch 2.6's Dim.AUTO writes '6'
     found = specialised_dims(dims, ["input_0"], graph)
     assert [(f["dim"], f["axis"], f["value"]) for f in found] == [("seq", 1, 6)]
@@ -73,7 +74,7 @@ def _program(shape: list, ranges: dict) -> SimpleNamespace:
 def test_fixed_dims_read_from_the_exported_program(tmp_path):
     """torch 2.13 with Dim.AUTO: the file keeps the symbol 's27' for seq, but the program's range
     for it is [6, 6] (its Reshape target is baked): the note still names seq."""
-    dims = {0: {0: "batch", 1: "seq"}}
+    dims = {"input_0": {0: "batch", 1: "seq"}}
     graph = graph_facts(_model(tmp_path / "m.onnx", ["s77", "s27", 8]))
     one_value = SimpleNamespace(lower=6, upper=6)
     open_range = SimpleNamespace(lower=2, upper=float("inf"))

@@ -61,7 +61,7 @@ def misbehaving_run(tmp_path_factory):
 
 def test_raise_abort_hang_are_contained(misbehaving_run):
     recs = {r.case: r for r in read_records(misbehaving_run / "results.jsonl")}
-    assert (recs["raises"].status, recs["raises"].stage) == ("fail", "export")
+    assert (recs["raises"].status, recs["raises"].stage) == ("fail", "reference")
     assert "broken on purpose" in recs["raises"].error
     assert "Traceback" in open(recs["raises"].log).read()
     assert recs["aborts"].status == "crash" and "SIGABRT" in recs["aborts"].error

@@ -102,6 +102,87 @@ def test_run_job_emits_one_record_per_cell(tmp_path):
     ok, bad = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
     assert ok.status is Status.PASS and ok.key == CellKey("lin", "torchscript", 17, "ort-cpu")
     assert ok.parity.max_abs is not None and len(ok.parity.shapes) == 2 and ok.latency_ms.iterations >= 5
-    assert (bad.status, bad.stage) == (Status.FAIL, "export") and "broken on purpose" in bad.error
+    assert (bad.status, bad.stage) == (Status.FAIL, "reference") and "broken on purpose" in bad.error
     bundle = tmp_path / "run" / "bundles" / "c-bad"
     assert (bundle / "cell.json").exists() and Job.read(bundle / "cell.json").groups[0].cells[0].cell_id == "c-bad"
+
+
+def _export_failure() -> BaseException:
+    """torch.onnx's shape: a wrapper raised from the real error, which itself was raised while
+    torch.export handled an unrelated IndexError (an implicit __context__)."""
+    class UserError(Exception):
+        pass
+
+    class TorchExportError(RuntimeError):
+        pass
+
+    try:
+        try:
+            try:
+                [][0]
+            except IndexError:
+                raise UserError("Constraints violated (seq)! For more information, run with TORCH_LOGS")
+        except UserError as exc:
+            raise TorchExportError("Failed to export the model with torch.export. This is step 1/3") from exc
+    except TorchExportError as exc:
+        return exc
+
+
+def test_root_cause_follows_cause_never_an_unrelated_context():
+    from harness.run.stages import root_cause
+
+    exc = _export_failure()
+    assert type(root_cause(exc)).__name__ == "UserError"
+    text = short_error(exc)
+    assert text.endswith("<- UserError: Constraints violated (seq)! For more information, run with TORCH_LOGS")
+    assert "IndexError" not in text
+
+
+def test_an_implicit_context_alone_is_not_a_cause():
+    try:
+        try:
+            {}["missing"]
+        except KeyError:
+            raise ValueError("graph inputs do not match")
+    except ValueError as exc:
+        assert short_error(exc) == "ValueError: graph inputs do not match"
+
+
+NESTED_CASE = """
+import torch
+
+class Baked(torch.nn.Module):
+    def forward(self, x, state):
+        b, s, f = x.shape
+        return x.reshape(int(b) * int(s), int(f)).sum(-1), state[0] * state[1]["scale"]
+
+def nested():
+    x = torch.randn(2, 3, 4)
+    state = (torch.randn(2, 4), {"scale": torch.randn(2, 4)})
+    return Baked(), (x, state), {0: {0: "b", 1: "s"}, "state.0": {0: "b"}, "state.1.scale": {0: "b"}}
+"""
+
+
+def test_a_failing_nested_input_cell_bundles_every_leaf(tmp_path):
+    case = tmp_path / "nested.py"
+    case.write_text(NESTED_CASE)
+    group = ExportGroup("g", "nested", f"{case}:nested", "torchscript", 17,
+                        cells=(CellJob("c-nested", "ort-cpu", "ort-cpu"),))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,), base_dir=str(tmp_path),
+              latency=LatencyProtocol(enabled=False))
+    events: list[dict] = []
+    run_job(job, events.append)
+    (rec,) = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
+    # the Reshape target is baked from the example: the graph runs there and rejects the second shape
+    assert (rec.status, rec.stage) == (Status.FAIL, "run"), rec.error
+    assert "rejected when growing 'b' (input_0 dim 0, input_1_0 dim 0, input_1_1_scale dim 0)" in rec.error
+    assert rec.graph["inputs"] == ["input_0", "input_1_0", "input_1_1_scale"]
+    assert rec.options["dim_marking"] == "dynamic_axes"
+    bundle = tmp_path / "run" / "bundles" / "c-nested"
+    with np.load(bundle / "inputs.npz") as first, np.load(bundle / "inputs_shape2.npz") as second:
+        assert {k: first[k].shape for k in first.files} == {
+            "input_0": (2, 3, 4), "input_1_0": (2, 4), "input_1_1_scale": (2, 4)}
+        assert {k: second[k].shape for k in second.files} == {
+            "input_0": (3, 4, 4), "input_1_0": (3, 4), "input_1_1_scale": (3, 4)}
+    structure = json.loads((bundle / "inputs.json").read_text())
+    assert [leaf["path"] for leaf in structure[0]["leaves"]] == ["x", "state.0", "state.1.scale"]
