@@ -179,7 +179,7 @@ class TensorRTAdapter(RuntimeAdapter):
         self._device_inputs = []
         for name in self._inputs:
             dtype = _torch_dtype(self.engine.get_tensor_dtype(name))
-            t = torch.from_numpy(np.ascontiguousarray(feeds[name])).to("cuda", dtype).contiguous()
+            t = torch.from_numpy(np.require(feeds[name], requirements="C")).to("cuda", dtype).contiguous()
             self._device_inputs.append(t)
             self.context.set_input_shape(name, tuple(t.shape))
             self.context.set_tensor_address(name, t.data_ptr())

@@ -11,7 +11,7 @@ from helpers import ROOT
 # Runs in an environment's python: torch's own conversion of {"input": {0: "batch1"}} vs ours.
 SNIPPET = r"""
 import json, torch
-from harness.run.export import _mark, dim_marking
+from harness.run.export import dim_marker, dim_marking
 model, x = torch.nn.Linear(3, 2), torch.zeros(2, 3)
 axes = {"input": {0: "batch1"}}
 try:
@@ -23,7 +23,7 @@ except ImportError:
     from torch.onnx._internal.exporter import _compat as conv
     shapes = conv._from_dynamic_axes_to_dynamic_shapes(model, (x,), None, dynamic_axes=axes,
                                                         output_names=set(), input_names=["input"])
-theirs, ours = shapes[0][0], _mark(dim_marking(), "batch1")
+theirs, ours = shapes[0][0], dim_marker(dim_marking())("batch1")
 def describe(d):
     return [type(d).__name__, getattr(d, "__name__", repr(d)), getattr(d, "min", None), getattr(d, "max", None)]
 print(json.dumps({"torch": torch.__version__, "marking": dim_marking(), "theirs": describe(theirs),
