@@ -147,7 +147,7 @@ def test_forked_processes_neither_record_nor_survive(hostile_run):
 def test_a_stdout_flood_is_capped_in_the_log_and_the_bundle(hostile_run):
     run, _ = hostile_run
     rec = {r.case: r for r in read_records(run / "results.jsonl")}["floods"]
-    assert (rec.status, rec.stage) == ("fail", "export") and "failed after flooding" in rec.error
+    assert (rec.status, rec.stage) == ("fail", "reference") and "failed after flooding" in rec.error
     log = Path(rec.log).read_bytes()
     assert len(log) <= 2**20 + 256                          # log_max_mb: 1
     assert b"bytes cut" in log and b"failed after flooding stdout" in log.split(b"bytes cut")[1]
