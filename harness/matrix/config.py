@@ -156,11 +156,14 @@ class Matrix(_Strict):
     @classmethod
     def _cases(cls, v: Any) -> Any:
         from harness.probes import GROUPS
+        from harness.probes.zoo import expand as expand_zoo
 
         out: list[Any] = []
         for x in _as_list(v):
             if isinstance(x, str) and x in GROUPS:
                 out.extend({"target": p} for p in GROUPS[x])
+            elif isinstance(x, str) and (zoo := expand_zoo(x)) is not None:
+                out.extend(c for c in zoo if c not in out)  # groups may overlap (a task and a type)
             else:
                 out.append({"target": x} if isinstance(x, str) else x)
         return out
@@ -199,9 +202,21 @@ def _has(node: Any, part: Any) -> bool:
     return isinstance(part, int) and 0 <= part < len(node)
 
 
+MATRICES = Path(__file__).resolve().parent.parent / "matrices"
+
+
+def shipped_matrix(path: str | Path) -> Path:
+    """``path``, or the shipped ``harness/matrices/<name>.yaml`` when ``path`` is a bare name
+    (no ``.yaml`` suffix) of a file that does not exist, such as ``--config zoo``."""
+    path = Path(path)
+    if not path.exists() and not path.suffix and (MATRICES / f"{path.name}.yaml").is_file():
+        return MATRICES / f"{path.name}.yaml"
+    return path
+
+
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise ConfigError naming file, key and expectation."""
-    path = Path(path)
+    path = shipped_matrix(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
     try:
