@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-EXPORTERS = ("torchscript", "dynamo")
+EXPORTERS = ("torchscript", "dynamo", "optimum")
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Every axis a rule (include, exclude, xfail, --only) may name.
 AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision")

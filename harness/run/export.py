@@ -11,12 +11,14 @@ from typing import Any
 
 from harness.run.cases import CaseSpec
 
-EXPORTERS = ("torchscript", "dynamo")
+EXPORTERS = ("torchscript", "dynamo", "optimum")
 
 
 def input_names(spec: CaseSpec) -> list[str]:
     import torch
 
+    if named := getattr(spec.model, "onnx_input_names", None):  # zoo cases: Optimum's names
+        return list(named)
     return [f"input_{i}" for i, x in enumerate(spec.inputs) if isinstance(x, torch.Tensor)]
 
 
@@ -26,22 +28,30 @@ def _export_kwargs_supported() -> set[str]:
     return set(inspect.signature(torch.onnx.export).parameters)
 
 
-def output_names(count: int) -> list[str]:
+def output_names(count: int, spec: CaseSpec | None = None) -> list[str]:
+    named = getattr(getattr(spec, "model", None), "onnx_output_names", None)
+    if named and len(named) == count:
+        return list(named)
     return [f"output_{i}" for i in range(count)]
 
 
-def _dynamic_axes(dims: dict[int, dict[int, str]], style: str) -> dict[str, Any]:
+def _dynamic_axes(dims: dict[int, dict[int, str]], style: str, names: list[str]) -> dict[str, Any]:
     """dynamic_axes as users write it: named dicts, or plain dim lists (auto-named by torch)."""
     if style == "list":
-        return {f"input_{i}": sorted(d) for i, d in dims.items()}
-    return {f"input_{i}": dict(d) for i, d in dims.items()}
+        return {names[i]: sorted(d) for i, d in dims.items()}
+    return {names[i]: dict(d) for i, d in dims.items()}
 
 
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
-                 outputs: list[str] | None = None) -> None:
+                 outputs: list[str] | None = None) -> dict[str, Any] | None:
     """Export exactly as a user calling torch.onnx.export would, for the installed torch."""
     import torch
+
+    if exporter == "optimum":  # Optimum's own exporter; returns facts for the record's graph
+        from harness.run.export_optimum import export_optimum
+
+        return export_optimum(spec, opset, path, dynamic=dynamic, constant_folding=constant_folding)
 
     names = input_names(spec)
     dims = spec.dynamic_dims if dynamic else {}
@@ -54,16 +64,16 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
             kwargs["dynamo"] = False
         kwargs["do_constant_folding"] = constant_folding
         if dims:
-            kwargs["dynamic_axes"] = _dynamic_axes(dims, spec.dynamic_axes_style)
+            kwargs["dynamic_axes"] = _dynamic_axes(dims, spec.dynamic_axes_style, names)
         torch.onnx.export(spec.model, spec.inputs, str(path), **kwargs)
     elif exporter == "dynamo":
         if "dynamo" not in supported:
             _export_dynamo_legacy(spec, path, dynamic=bool(dims))
-            return
+            return None
         kwargs["dynamo"] = True
         if dims and spec.dynamic_axes_style == "list":
             # The migrating user's call: dynamic_axes handed to dynamo, torch converts it.
-            kwargs["dynamic_axes"] = _dynamic_axes(dims, "list")
+            kwargs["dynamic_axes"] = _dynamic_axes(dims, "list", names)
         elif dims:
             kwargs["dynamic_shapes"] = _dynamic_shapes(spec, dims)
         if "verbose" in supported:

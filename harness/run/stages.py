@@ -62,9 +62,10 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
     except StageFailure:
         raise
     except Exception as exc:  # the one place where exceptions become statuses
+        from harness.run.cases import CaseSkipped
         from harness.runtimes.base import RuntimeUnavailable
 
-        if isinstance(exc, RuntimeUnavailable):
+        if isinstance(exc, (RuntimeUnavailable, CaseSkipped)):
             raise StageFailure(which, exc, Status.SKIP) from exc
         traceback.print_exc()
         raise StageFailure(which, exc) from exc
@@ -84,7 +85,7 @@ def package_versions() -> dict[str, Any]:
     versions = {"torch": torch.__version__.split("+")[0], "torch_build": torch.__version__,
                 "python": platform.python_version()}
     for dist in ("onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "openvino", "tensorrt",
-                 "numpy", "transformers", "torchvision"):
+                 "numpy", "transformers", "torchvision", "timm", "optimum", "optimum-onnx"):
         v = ver(dist)
         if v:
             versions[dist] = v
@@ -132,12 +133,12 @@ class GroupContext:
                 for x in shapes:
                     ts = [t for t in x if isinstance(t, torch.Tensor)]
                     self.feeds.append({n: t.detach().cpu().numpy() for n, t in zip(names, ts)})
-                outputs = exp.output_names(len(self.references[0]))
-                exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
-                                 dynamic=opts.dynamic, constant_folding=opts.constant_folding,
-                                 outputs=outputs)
+                outputs = exp.output_names(len(self.references[0]), self.spec)
+                facts = exp.export_model(self.spec, g.exporter, g.opset, self.onnx_path,
+                                         dynamic=opts.dynamic, constant_folding=opts.constant_folding,
+                                         outputs=outputs)
             with stage(Stage.CHECK, self.durations):
-                self.graph = exp.graph_facts(self.onnx_path)
+                self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {})}
                 # Names given at export are what deployment code feeds and fetches by: a lost
                 # name is a note (the cell still runs by position), not a failure.
                 for kind, given in (("input", names), ("output", outputs)):
@@ -214,6 +215,10 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
             with contextlib.suppress(Exception):
                 adapter.deactivate()
+    if g.exporter == "optimum":
+        from harness.run.export_optimum import note_disagreement
+
+        note_disagreement(rec)
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec
