@@ -17,6 +17,7 @@ from harness.report.aggregate import (
     torch_bumps,
     torch_sort_key,
 )
+from harness.report.architectures import architectures_markdown
 
 S = Status
 GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",
@@ -124,6 +125,6 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     df = records_frame(records)
     links = " · ".join(f"[{Path(p).stem}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
-            f"## Failures by signature\n\n{failures_table(df)}\n\n"
+            f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n"
             f"{bumps_section(df)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))
