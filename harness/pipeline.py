@@ -4,11 +4,11 @@ What ``python -m harness matrix`` does, and what the checks (``bench``, ``gpu``)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.core.paths import REPORTS
-from harness.matrix.config import load_matrix
+from harness.matrix.config import load_matrix, shipped_matrix
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError, parse_only
 from harness.matrix.shards import parse_shard, shard_plan
@@ -17,7 +17,7 @@ from harness.report import render_run
 
 @dataclass(frozen=True)
 class MatrixRequest:
-    config: Path
+    config: Path          # a matrix file, or the name of a shipped one (harness/matrices/): "zoo"
     output: Path | None = None
     reports: Path = REPORTS
     only: str | None = None
@@ -40,6 +40,7 @@ def run_matrix(req: MatrixRequest) -> Path:
     """Run the request's plan into a run directory, render its reports, return the directory."""
     from harness.run.execute import execute
 
+    req = replace(req, config=shipped_matrix(req.config))
     plan = plan_for(req)
     run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume)
     render_run(run_dir, req.reports)
