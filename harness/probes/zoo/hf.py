@@ -141,8 +141,8 @@ def build(model_type: str, task: str | None = None):
     if entry is None:
         raise Unbuildable(f"{model_type!r} is not in harness/probes/zoo/transformers.json")
     task = task or entry["task"]
-    if entry.get("skip"):
-        raise Unbuildable(entry["skip"])
+    if entry.get("unbuildable"):
+        raise Unbuildable(entry["unbuildable"])
     if task in entry.get("task_skips", {}):
         raise Unbuildable(entry["task_skips"][task])
     _require("transformers", "optimum.exporters.onnx")

@@ -222,7 +222,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
     if skips:
         entry["task_skips"] = skips
     if model_type in TasksManager._UNSUPPORTED_CLI_MODEL_TYPE:
-        entry["skip"] = (f"Optimum registers {model_type!r} only as a part of another export "
+        entry["unbuildable"] = (f"Optimum registers {model_type!r} only as a part of another export "
                          "(its exporter refuses it as a model of its own)")
         return entry
     for key, table in (("init", INIT), ("compose", COMPOSE), ("preprocessor", PREPROCESSORS)):
@@ -231,7 +231,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
     try:
         base = hf.config_of(model_type, entry)
     except Exception as exc:  # noqa: BLE001
-        entry["skip"] = (f"transformers {metadata.version('transformers')} has no config class for "
+        entry["unbuildable"] = (f"transformers {metadata.version('transformers')} has no config class for "
                          f"{model_type!r} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
         return entry
     overrides = shrink(base, getattr(config_class(model_type, task), "NORMALIZED_CONFIG_CLASS", None))
@@ -257,7 +257,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
         entry["dynamic"] = growable_axes(model, inputs, axes)
     except Exception as exc:  # noqa: BLE001
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
-        entry["skip"] = f"{REASONS[model_type]} ({error})" if model_type in REASONS else f"cannot build it here: {error}"
+        entry["unbuildable"] = f"{REASONS[model_type]} ({error})" if model_type in REASONS else f"cannot build it here: {error}"
         entry["traceback"] = traceback.format_exc(limit=-3)[-1500:]
     return entry
 
@@ -281,12 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         entry = survey(model_type, types[model_type])
         entries[model_type] = entry
-        state = f"skip: {entry['skip']}" if entry.get("skip") else f"{entry['parameters']:,} parameters"
+        state = f"unbuildable: {entry['unbuildable']}" if entry.get("unbuildable") else f"{entry['parameters']:,} parameters"
         print(f"{model_type:32s} {time.perf_counter() - t0:6.2f}s {state}", flush=True)
     data = {"generated_by": "python -m harness.probes.zoo.refresh", "versions": _versions(),
             "architectures": dict(sorted(entries.items()))}
     args.output.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    built = sum(1 for e in entries.values() if not e.get("skip"))
+    built = sum(1 for e in entries.values() if not e.get("unbuildable"))
     print(f"{built} of {len(entries)} architectures built; written to {args.output}")
     return 0
 
