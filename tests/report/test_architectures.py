@@ -6,7 +6,11 @@ from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Status
 from harness.report.aggregate import records_frame
-from harness.report.architectures import architecture_tables, architectures_markdown, count_lines
+from harness.report.architectures import (
+    architecture_tables,
+    architectures_markdown,
+    count_lines,
+)
 from harness.report.markdown import render_markdown
 
 
