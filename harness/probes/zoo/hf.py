@@ -200,7 +200,7 @@ def case(model_type: str, task: str | None = None) -> Callable[[], Any]:
 
     fn.__name__ = case_function(model_type, task if task != entry.get("task") else None)
     fn.__doc__ = f"transformers {model_type} ({task or entry.get('task')}), tiny random weights"
-    fn.atol = float(entry.get("atol", 1e-4))
+    fn.atol = float(entry.get("atols", {}).get(task or entry.get("task"), entry.get("atol", 1e-4)))
     fn.rtol = RTOL
     return fn
 
