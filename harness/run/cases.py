@@ -77,7 +77,8 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
     try:
         result = fn()
     except ImportError as exc:
-        raise CaseSkipped(f"case needs a package that is missing: {exc}") from exc
+        # An ImportError with a `reason` (the zoo's unbuildable architectures) is its own reason.
+        raise CaseSkipped(getattr(exc, "reason", None) or f"case needs a package that is missing: {exc}") from exc
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise TypeError(
             f"case {name!r} must return (model, example_inputs) or "

@@ -36,6 +36,10 @@ RTOL = 1e-5  # np.allclose's default, which Optimum's validate_model_outputs use
 class Unbuildable(ImportError):
     """The architecture cannot be built in this environment (a ``skip`` with this reason)."""
 
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
 
 def tasks_manager() -> Any:
     """Optimum's TasksManager with the ONNX configs registered (importing them registers them)."""
