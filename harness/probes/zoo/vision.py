@@ -22,6 +22,14 @@ from harness.probes.zoo import (
 )
 
 
+class Missing(ImportError):
+    """A package the family needs cannot be imported here (a ``skip`` with this reason)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _import(package: str) -> Any:
     import importlib
     import importlib.util
@@ -29,14 +37,14 @@ def _import(package: str) -> Any:
     import torch
 
     if importlib.util.find_spec(package) is None:
-        raise ImportError(f"package {package!r} is not installed in this environment")
+        raise Missing(f"package {package!r} is not installed in this environment")
     try:
         return importlib.import_module(package)
     except Exception as exc:  # noqa: BLE001 - a torchvision built for another torch raises RuntimeError
         why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}"
         hint = (" (PyPI's torchvision is a CUDA build that cannot load beside a +cpu torch: use a "
                 "torch entry installed from PyPI)") if "+cpu" in torch.__version__ else ""
-        raise ImportError(f"{package} cannot be imported beside torch {torch.__version__}: {why}{hint}") from exc
+        raise Missing(f"{package} cannot be imported beside torch {torch.__version__}: {why}{hint}") from exc
 
 
 def build(group: str, family: str):
