@@ -19,6 +19,8 @@ _TRANSFORMERS = [("2.2", "4.57.6"), ("0", "4.38.2")]
 _OPTIMUM = [("2.2", "optimum-onnx==0.1.0"), ("0", "optimum[exporters]==1.17.1")]
 # timm 1.0.x imports torchvision and supports every torch 2.x release.
 TIMM = "1.0.31"
+# transformers' image processors need PIL (Optimum reads dinov2's and vitpose's crop size there).
+PILLOW = "11.3.0"
 
 
 def torchvision_for(torch_version: str) -> str:
@@ -54,7 +56,7 @@ def companion_extras(torch_version: str, zoo: bool = False, vision: bool = True)
     """
     extras = [f"transformers=={transformers_for(torch_version)}"]
     if zoo:
-        extras.append(optimum_for(torch_version))
+        extras += [optimum_for(torch_version), f"pillow=={PILLOW}"]
     if vision:
         extras.insert(0, f"torchvision=={torchvision_for(torch_version)}")
         if zoo:

@@ -28,14 +28,19 @@ class KeywordModel(torch.nn.Module):
 
     def _call(self, *args: torch.Tensor) -> tuple:
         out = self.model(**dict(zip(self.keywords, args)))
-        return tuple(_pick(out, key) for key in self.outputs)
+        if all(key in out.keys() for key in self.outputs):
+            return tuple(out[key] for key in self.outputs)
+        # The ONNX config names the tensors of a nested output (mgp-str: logits = (char, bpe,
+        # wp)): the model's tensors in order, when there are as many as names.
+        flat = [t for t in _tensors(out.to_tuple() if hasattr(out, "to_tuple") else out)]
+        if len(flat) != len(self.outputs):
+            raise KeyError(f"model output has {list(out.keys())}, not the ONNX config's {self.outputs}")
+        return tuple(flat)
 
 
-def _pick(out: Any, key: str) -> Any:
-    if isinstance(out, dict) or hasattr(out, "keys"):
-        if key in out.keys():
-            return out[key]
-    value = getattr(out, key, None)
-    if value is None:
-        raise KeyError(f"model output has no {key!r} (has {list(out.keys()) if hasattr(out, 'keys') else type(out)})")
-    return value
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
