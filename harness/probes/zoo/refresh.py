@@ -258,7 +258,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         entry["unbuildable"] = f"{REASONS[model_type]} ({error})" if model_type in REASONS else f"cannot build it here: {error}"
-        entry["traceback"] = traceback.format_exc(limit=-3)[-1500:]
+        print(traceback.format_exc(limit=-3)[-1500:], file=sys.stderr)
     return entry
 
 
