@@ -41,7 +41,6 @@ TIMM_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "mixer": ("mixer_s16_224", {"img_size": 64}),
     "ghostnet": ("ghostnet_050", {}),
     "mobilevit": ("mobilevit_xxs", {}),
-    "efficientformer": ("efficientformer_l1", {"img_size": 64}),
     "poolformer": ("poolformer_s12", {}),
     "densenet": ("densenet121", {}),
 }
@@ -51,17 +50,22 @@ TORCHVISION_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "efficientnet": ("efficientnet_b0", {}),
     "convnext": ("convnext_tiny", {}),
     "regnet": ("regnet_y_400mf", {}),
-    "vit": ("vit_b_16", {"image_size": 64, "num_layers": 2}),
-    "swin": ("swin_t", {}),
+    # The smallest ViT / Swin / MaxViT builders are 28-86M parameters: the family's class at a
+    # small width instead (a class name: no weights argument).
+    "vit": ("VisionTransformer", {"image_size": 64, "patch_size": 16, "num_layers": 2, "num_heads": 2,
+                                  "hidden_dim": 64, "mlp_dim": 128}),
+    "swin": ("SwinTransformer", {"patch_size": [4, 4], "embed_dim": 32, "depths": [1, 1],
+                                 "num_heads": [1, 2], "window_size": [4, 4]}),
     "squeezenet": ("squeezenet1_1", {}),
     "shufflenet": ("shufflenet_v2_x0_5", {}),
     "mnasnet": ("mnasnet0_5", {}),
     "densenet": ("densenet121", {}),
     "googlenet": ("googlenet", {"aux_logits": False, "init_weights": True}),
-    "maxvit": ("maxvit_t", {}),
+    "maxvit": ("MaxVit", {"input_size": [64, 64], "stem_channels": 16, "partition_size": 2,
+                          "block_channels": [16, 32], "block_layers": [1, 1], "head_dim": 8,
+                          "stochastic_depth_prob": 0.0}),
 }
-VISION_IMAGE = 64  # input height and width of the vision families (maxvit, swin_t: 224, below)
-VISION_IMAGE_FOR = {"torchvision:maxvit": 224, "torchvision:swin": 224}
+VISION_IMAGE = 64  # input height and width of every vision family
 ZOO_GROUPS = ("transformers", "timm", "torchvision")
 
 

@@ -14,12 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from harness.probes.zoo import (
-    TIMM_FAMILIES,
-    TORCHVISION_FAMILIES,
-    VISION_IMAGE,
-    VISION_IMAGE_FOR,
-)
+from harness.probes.zoo import TIMM_FAMILIES, TORCHVISION_FAMILIES, VISION_IMAGE
 
 
 class Missing(ImportError):
@@ -60,10 +55,10 @@ def build(group: str, family: str):
     else:
         models = _import("torchvision").models
         torch.manual_seed(0)
-        model = getattr(models, name)(weights=None, **kwargs)
-    size = VISION_IMAGE_FOR.get(f"{group}:{family}", VISION_IMAGE)
+        build = getattr(models, name)
+        model = build(**kwargs) if name[0].isupper() else build(weights=None, **kwargs)
     torch.manual_seed(0)
-    return model.eval(), (torch.randn(2, 3, size, size),), {0: {0: "batch"}}
+    return model.eval(), (torch.randn(2, 3, VISION_IMAGE, VISION_IMAGE),), {0: {0: "batch"}}
 
 
 def _case(group: str, family: str) -> Callable[[], Any]:
