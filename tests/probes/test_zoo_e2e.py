@@ -1,8 +1,9 @@
 """The zoo end to end on torch 2.13.0 × ort-cpu (tests/matrices/zoo_e2e.yaml): bert, gpt2, t5,
 whisper, vit, llama, swin and gpt_oss (the last two fail with dynamo on 2.13.0: a baked spatial
-size, a data-dependent expert routing) with the user's dynamo export and Optimum's exporter, each verdict checked
-against tests/direct_zoo.py (transformers, Optimum, torch.onnx and ONNX Runtime, no harness
-code); Optimum's own validation kept in the record; non-transformers cases skipped with a reason."""
+size, data-dependent expert routing) with the user's dynamo export and Optimum's exporter, each
+verdict checked against tests/direct_zoo.py (transformers, Optimum, torch.onnx and ONNX Runtime,
+no harness code); Optimum's own validation kept in the record; other cases skipped with a reason.
+"""
 from __future__ import annotations
 
 import json
