@@ -61,6 +61,13 @@ SCALARS: dict[str, int] = {
 }
 
 
+# Special token ids: kept inside the shrunk vocabulary (embedding padding_idx must be < vocab).
+TOKEN_IDS = ["pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id",
+             "mask_token_id", "decoder_start_token_id", "unk_token_id", "forced_eos_token_id",
+             "forced_bos_token_id", "image_token_id", "image_token_index", "boi_token_index",
+             "eoi_token_index", "decoder_end_token_id"]
+
+
 def _resolve(config: Any, name: str) -> str | None:
     """The attribute path a config stores ``name`` under (its attribute_map applied)."""
     parts = name.split(".")
@@ -176,10 +183,6 @@ def _consistent(node: Any, prefix: str, overrides: dict[str, Any]) -> None:
             elif isinstance(value, list) and any(isinstance(v, int) and v >= vocab for v in value):
                 overrides[prefix + name] = [v if v < vocab else vocab - 1 for v in value]
 
-
-TOKEN_IDS = ["pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
-          "decoder_start_token_id", "unk_token_id", "forced_eos_token_id", "forced_bos_token_id",
-          "image_token_id", "image_token_index", "boi_token_index", "eoi_token_index", "decoder_end_token_id"]
 
 
 def apply(config: Any, overrides: dict[str, Any]) -> Any:
