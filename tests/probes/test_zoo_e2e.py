@@ -79,7 +79,7 @@ def test_other_cases_skip_the_optimum_exporter_with_the_reason(records):
     assert mha.status is Status.SKIP and "transformers architectures" in mha.reason
     assert records[("mha", "dynamo")].status is not Status.SKIP
     resnet = records[("timm-resnet", "dynamo")]
-    assert resnet.status is Status.SKIP and "torchvision" in resnet.reason
+    assert resnet.status is Status.SKIP and "torchvision" in resnet.reason and "+cpu" in resnet.reason
 
 
 def test_architectures_view_is_rendered(zoo_run):

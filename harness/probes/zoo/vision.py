@@ -31,14 +31,14 @@ def _import(package: str) -> Any:
 
     import torch
 
+    hint = (" (PyPI's torchvision is a CUDA build that cannot load beside a +cpu torch: run the "
+            "vision families on a torch entry installed from PyPI)") if "+cpu" in torch.__version__ else ""
     if importlib.util.find_spec(package) is None:
-        raise Missing(f"package {package!r} is not installed in this environment")
+        raise Missing(f"package {package!r} is not installed in this environment{hint}")
     try:
         return importlib.import_module(package)
     except Exception as exc:  # noqa: BLE001 - a torchvision built for another torch raises RuntimeError
         why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}"
-        hint = (" (PyPI's torchvision is a CUDA build that cannot load beside a +cpu torch: use a "
-                "torch entry installed from PyPI)") if "+cpu" in torch.__version__ else ""
         raise Missing(f"{package} cannot be imported beside torch {torch.__version__}: {why}{hint}") from exc
 
 
