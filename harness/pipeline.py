@@ -7,13 +7,13 @@ hands them to ``harness.matrix.shards`` as plain data.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.core.paths import REPORTS
 from harness.core.record import Record
 from harness.core.status import Stage
-from harness.matrix.config import Matrix, load_matrix
+from harness.matrix.config import Matrix, load_matrix, shipped_matrix
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError, parse_only
 from harness.matrix.shards import (
@@ -35,7 +35,7 @@ DURATION_RUNS = 10
 
 @dataclass(frozen=True)
 class MatrixRequest:
-    config: Path
+    config: Path          # a matrix file, or the name of a shipped one (harness/matrices/): "zoo"
     output: Path | None = None
     reports: Path = REPORTS
     only: str | None = None
@@ -121,6 +121,7 @@ def run_matrix(req: MatrixRequest) -> Path:
     from harness.run.execute import execute
     from harness.store.runs import read_run_meta
 
+    req = replace(req, config=shipped_matrix(req.config))
     check_output(req.output)
     shard = parse_shard(req.shard)
     identity = None

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-EXPORTERS = ("torchscript", "dynamo")
+EXPORTERS = ("torchscript", "dynamo", "optimum")
 PRECISIONS = ("fp32", "fp16", "bf16")
 # How a case's dynamic dims reach the dynamo exporter: Dim.DYNAMIC, Dim.AUTO or Dim(name).
 DIM_POLICIES = ("dynamic", "auto", "named")

@@ -279,10 +279,14 @@ class Matrix(_Strict):
     @field_validator("cases", mode="before")
     @classmethod
     def _cases(cls, v: Any) -> Any:
+        from harness.probes.zoo import expand as expand_zoo
+
         out: list[Any] = []
         for x in _as_list(v):
             if isinstance(x, str) and x in GROUPS:
                 out.extend({"target": p} for p in GROUPS[x])
+            elif isinstance(x, str) and (zoo := expand_zoo(x)) is not None:
+                out.extend(c for c in zoo if c not in out)  # groups may overlap (a task and a type)
             else:
                 out.append({"target": x} if isinstance(x, str) else x)
         return out
@@ -355,6 +359,20 @@ def _has(node: Any, part: Any) -> bool:
     return isinstance(part, int) and 0 <= part < len(node)
 
 
+MATRICES = Path(__file__).resolve().parent.parent / "matrices"
+
+
+def shipped_matrix(path: str | Path) -> Path:
+    """``path``, or the shipped ``harness/matrices/<name>.yaml`` when ``path`` is a bare name
+    (no ``.yaml`` suffix) of a file that does not exist, such as ``--config zoo``."""
+    path = Path(path)
+    if not path.exists() and not path.suffix and (MATRICES / f"{path.name}.yaml").is_file():
+        return MATRICES / f"{path.name}.yaml"
+    return path
+
+
+
+
 def _format_error(path: Path, err: dict, data: Any) -> str:
     loc = _loc(err["loc"], data)
     msg = " ".join(err["msg"].removeprefix("Value error, ").split())
@@ -408,8 +426,9 @@ def read_config(path: Path) -> Any:
 
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise ConfigError (one line naming file, key and
-    expectation). Case files are checked too (exist, define the function), without importing."""
-    path = Path(path)
+    expectation). Case files are checked too (exist, define the function), without importing.
+    A bare name that is not a file (``zoo``) is a matrix shipped in harness/matrices/."""
+    path = shipped_matrix(path)
     data = read_config(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "

@@ -2,7 +2,9 @@
 
 PROBES maps a name usable in matrix.yaml to 'module:function'; GROUPS maps a group name to the
 case names it expands to. Real architectures need packages that are extras per environment
-(transformers, torchvision), so they form their own group, not part of `probes`.
+(transformers, torchvision), so they form their own group, not part of `probes`. The model zoo's
+groups (`transformers`, `timm`, `torchvision`, with selections such as `transformers:bert`) are
+expanded by `harness.probes.zoo.expand` from its checked-in case list.
 """
 from __future__ import annotations
 

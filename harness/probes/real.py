@@ -2,7 +2,8 @@
 
 transformers and torchvision are per-environment extras (`extras:` of a torch entry); a case
 whose package is missing is a `skip` with that reason (cases.check_requirements).
-`companion_extras` gives pins that install beside a given torch.
+`companion_extras` gives pins that install beside a given torch (with ``zoo=True`` also
+optimum-onnx and timm, for the model zoo, ``harness/probes/zoo``).
 """
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from packaging.version import Version
 # transformers 4.57 is the last 4.x line (torch >= 2.2); 5.x needs torch >= 2.5 and moved APIs
 # that small-config construction relies on, so the 4.x line is the default everywhere it runs.
 _TRANSFORMERS = [("2.2", "4.57.6"), ("0", "4.38.2")]
+# optimum-onnx 0.1.0 (optimum 2.1) needs transformers >= 4.36, < 4.58 and any torch >= 1.11: the
+# zoo's Optimum side for every torch that takes transformers 4.57.6. Older torch: optimum 1.x,
+# which still carried the ONNX exporter (unverified here).
+_OPTIMUM = [("2.2", "optimum-onnx==0.1.0"), ("0", "optimum[exporters]==1.17.1")]
+# timm 1.0.x imports torchvision and supports every torch 2.x release.
+TIMM = "1.0.31"
+# transformers' image processors need PIL (Optimum reads dinov2's and vitpose's crop size there).
+PILLOW = "11.3.0"
 
 
 def torchvision_for(torch_version: str) -> str:
@@ -31,10 +40,28 @@ def transformers_for(torch_version: str) -> str:
     return next(pin for floor, pin in _TRANSFORMERS if v >= Version(floor))
 
 
-def companion_extras(torch_version: str) -> list[str]:
-    """Requirement strings for the `extras:` of a torch entry that runs the `real` group."""
-    return [f"torchvision=={torchvision_for(torch_version)}",
-            f"transformers=={transformers_for(torch_version)}"]
+def optimum_for(torch_version: str) -> str:
+    v = Version(torch_version)
+    return next(req for floor, req in _OPTIMUM if v >= Version(floor))
+
+
+def companion_extras(torch_version: str, zoo: bool = False, vision: bool = True) -> list[str]:
+    """Requirement strings for the `extras:` of a torch entry that runs the `real` group, or with
+    ``zoo`` the zoo groups (adds optimum-onnx and timm). ``vision=False`` leaves out torchvision
+    and timm: for a local ``+cpu`` torch, beside which PyPI's CUDA torchvision cannot import
+    (the vision families are then a `skip` with that reason).
+
+    Verified (``tests/probes/test_zoo.py``, README "The model zoo"): 2.13.0 (zoo, vision=False) and
+    2.6.0 (zoo, on a sample of architectures and families); other releases follow the rules above.
+    """
+    extras = [f"transformers=={transformers_for(torch_version)}"]
+    if zoo:
+        extras += [optimum_for(torch_version), f"pillow=={PILLOW}"]
+    if vision:
+        extras.insert(0, f"torchvision=={torchvision_for(torch_version)}")
+        if zoo:
+            extras.append(f"timm=={TIMM}")
+    return extras
 
 
 class _TextModel(torch.nn.Module):

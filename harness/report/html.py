@@ -35,6 +35,7 @@ from harness.report.aggregate import (
     summaries,
     torch_bumps,
 )
+from harness.report.architectures import architectures_html
 from harness.report.markdown import render_markdown
 from harness.store.runs import (
     cell_log_path,
@@ -197,7 +198,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
-        failures=failure_groups(df), summaries={a: _table(t) for a, t in summaries(df).items()},
+        failures=failure_groups(df), architectures=architectures_html(df), summaries={a: _table(t) for a, t in summaries(df).items()},
         previous_id=previous[0].run_id if previous else None,
         changes=None if changes is None else _records(changes),
         bumps=_records(torch_bumps(df)) if len(torches) > 1 else None,

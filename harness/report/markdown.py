@@ -19,6 +19,7 @@ from harness.report.aggregate import (
     torch_bumps,
     torch_sort_key,
 )
+from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
 from harness.report.text import md_code, md_text
 
@@ -129,6 +130,6 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     df = records_frame(records)
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
-            f"## Failures by signature\n\n{failures_table(df)}\n\n"
+            f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n"
             f"{bumps_section(df)}{markdown_sections(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

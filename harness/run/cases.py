@@ -98,7 +98,8 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
             second = getattr(fn, "second_inputs", None)
             second = second() if callable(second) else second
     except ImportError as exc:
-        raise CaseSkipped(f"case needs a package that is missing: {exc}") from exc
+        # An ImportError with a `reason` (the zoo's unbuildable architectures) is its own reason.
+        raise CaseSkipped(getattr(exc, "reason", None) or f"case needs a package that is missing: {exc}") from exc
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
         model.eval()

@@ -10,11 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness.core.cell import EXPORTERS
 from harness.run.cases import CaseSpec
 from harness.run.dims import DimPolicyUnavailable, io_facts
 from harness.run.inputs import CaseInputs, Dims, Key, dims_by_name, signature_of
-
-EXPORTERS = ("torchscript", "dynamo")
 
 # How torch.onnx.export(dynamo=True) turns ``dynamic_axes`` into ``dynamic_shapes``, per release
 # (read in each release's torch/onnx/_internal/exporter/_compat.py / _dynamic_shapes.py):
@@ -126,16 +125,22 @@ def _call_arguments(inputs: CaseInputs, exporter: str, supported: set[str]) -> t
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
                  outputs: list[str] | None = None,
-                 dim_policy: str | None = None) -> tuple[str | None, Any]:
+                 dim_policy: str | None = None) -> tuple[str | None, Any, dict[str, Any] | None]:
     """Export exactly as a user calling torch.onnx.export would, for the installed torch.
 
     Returns how dynamic dims were marked (recorded as ``options["dim_marking"]``; None when
     static) and what torch.onnx.export returned (dynamo: the ONNXProgram, whose exported program
-    tells which dims were fixed). ``dim_policy`` (dynamo only) marks dims as a user would write
-    them instead of as the release converts ``dynamic_axes``.
+    tells which dims were fixed), plus facts for the record's graph (the optimum exporter's
+    validation). ``dim_policy`` (dynamo only) marks dims as a user would write them instead of as
+    the release converts ``dynamic_axes``.
     """
     import torch
 
+    if exporter == "optimum":  # Optimum's own exporter: its facts go into the record's graph
+        from harness.run.export_optimum import export_optimum
+
+        return None, None, export_optimum(spec, opset, path, dynamic=dynamic,
+                                          constant_folding=constant_folding)
     inputs = spec.example
     names = inputs.input_names()
     dims = spec.dynamic_dims if dynamic else {}
@@ -151,14 +156,14 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         if dims:
             kwargs["dynamic_axes"] = _dynamic_axes(dims, inputs, spec.dynamic_axes_style)
         torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
-        return (DYNAMIC_AXES if dims else None), None
+        return (DYNAMIC_AXES if dims else None), None, None
     if exporter != "dynamo":
         raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
     if "dynamo" not in supported:
         if dim_policy is not None:
             raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
         _export_dynamo_legacy(spec, path, dynamic=bool(dims))
-        return ("dynamic_shapes=True" if dims else None), None
+        return ("dynamic_shapes=True" if dims else None), None, None
     kwargs["dynamo"] = True
     marking = dim_marking() if dim_policy is None else policy_marking(dim_policy)
     if dims and spec.dynamic_axes_style == "list" and dim_policy is None:
@@ -172,7 +177,7 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     result = torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
     if not path.exists() and result is not None:  # very early dynamo=True releases
         result.save(str(path))
-    return (marking if dims else None), result
+    return (marking if dims else None), result, None
 
 
 def dynamic_shapes(inputs: CaseInputs, dims: dict[Key, Dims], marking: str, model: Any) -> tuple:

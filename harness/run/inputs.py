@@ -76,8 +76,11 @@ class CaseInputs:
     """Positional and keyword example inputs of one case (keywords in signature order)."""
 
     def __init__(self, args: tuple, kwargs: Mapping[str, Any] | None = None, model: Any = None,
-                 params: list[str] | None = None) -> None:
+                 params: list[str] | None = None, names: list[str] | None = None) -> None:
         self.args = tuple(args)
+        # A model may name its graph inputs (``onnx_input_names``, one per tensor leaf, as the
+        # zoo's Optimum configs do); otherwise names come from the inputs' structure.
+        self.names = list(names) if names else list(getattr(model, "onnx_input_names", None) or []) or None
         kwargs = dict(kwargs or {})
         sig = signature_of(model) if model is not None and params is None else None
         if sig is not None:
@@ -109,7 +112,12 @@ class CaseInputs:
                     out.append(Leaf(key=(top, *comps),
                                     path=".".join([self.top_label(top), *map(str, comps)]),
                                     name=valid_name("_".join([base, *map(str, comps)])), value=leaf))
-            self._leaves = _dedupe(out)
+            out = _dedupe(out)
+            tensors = [i for i, leaf in enumerate(out) if leaf.is_tensor]
+            if self.names and len(self.names) == len(tensors):
+                for i, name in zip(tensors, self.names):
+                    out[i] = Leaf(out[i].key, out[i].path, name, out[i].value)
+            self._leaves = out
         return self._leaves
 
     def tensor_leaves(self) -> list[Leaf]:
@@ -149,7 +157,7 @@ class CaseInputs:
 
         args = tuple(rebuild(i, v) for i, v in enumerate(self.args))
         kwargs = {k: rebuild(k, v) for k, v in self.kwargs.items()}
-        return CaseInputs(args, kwargs, params=self.params)
+        return CaseInputs(args, kwargs, params=self.params, names=self.names)
 
     def mirror(self, spec_for: Callable[[Leaf], Any]) -> list[Any]:
         """One structure per top-level input, shaped like it, with ``spec_for(leaf)`` at each

@@ -77,9 +77,10 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
     except StageFailure:
         raise
     except Exception as exc:  # the one place where exceptions become statuses
+        from harness.run.cases import CaseSkipped
         from harness.runtimes.base import RuntimeUnavailable
 
-        if isinstance(exc, RuntimeUnavailable):
+        if isinstance(exc, (RuntimeUnavailable, CaseSkipped)):
             raise StageFailure(which, exc, Status.SKIP) from exc
         traceback.print_exc()
         raise StageFailure(which, exc) from exc
@@ -99,7 +100,7 @@ def package_versions() -> dict[str, Any]:
     versions = {"torch": torch.__version__.split("+")[0], "torch_build": torch.__version__,
                 "python": platform.python_version()}
     for dist in ("onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "openvino", "tensorrt",
-                 "numpy", "transformers", "torchvision"):
+                 "numpy", "transformers", "torchvision", "timm", "optimum", "optimum-onnx"):
         v = ver(dist)
         if v:
             versions[dist] = v
@@ -145,12 +146,15 @@ class GroupContext:
                 self._references()
             names = self.spec.example.input_names()
             outputs = output_names(self.output_paths)
+            named = getattr(self.spec.model, "onnx_output_names", None)   # the case names them
+            if named and len(named) == len(outputs):
+                outputs = list(named)
             with stage(Stage.EXPORT, self.durations):
-                self.dim_marking, program = exp.export_model(
+                self.dim_marking, program, facts = exp.export_model(
                     self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
                     constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy)
             with stage(Stage.CHECK, self.durations):
-                self.graph = exp.graph_facts(self.onnx_path)
+                self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {})}
                 # dims the case declared dynamic that the exporter fixed
                 self.notes += note_specialised(self.graph, dims_by_name(self.dims, self.spec.example),
                                                names, program)
@@ -278,6 +282,10 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
             with contextlib.suppress(Exception):
                 adapter.deactivate()
+    if g.exporter == "optimum":
+        from harness.run.export_optimum import note_disagreement
+
+        note_disagreement(rec)
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec
