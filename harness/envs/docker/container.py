@@ -29,11 +29,14 @@ from harness.core.job import Job
 # Variables the worker's behaviour depends on; everything else of the host stays outside.
 FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")
 FORWARD_PREFIXES = ("HARNESS_",)
+# Host pids mean nothing in the container's pid namespace: the worker there must not compare its
+# parent with the runner's pid (it would exit at once); the container goes with this process.
+HOST_ONLY = ("HARNESS_RUNNER_PID",)
 
 
 def container_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items()
-            if k in FORWARD or k.startswith(FORWARD_PREFIXES)}
+            if (k in FORWARD or k.startswith(FORWARD_PREFIXES)) and k not in HOST_ONLY}
 
 
 def mounts_for(job: Job):
