@@ -159,6 +159,10 @@ class Record:
     bundle: str | None = None
     repro: str | None = None
     finished_at: float | None = None
+    # The cell cache (harness.store.cache): the digest of everything that decides this result
+    # (null: never reused), and the run that produced it when it was taken from the store.
+    cache_key: str | None = None
+    cached_from: str | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -235,6 +239,7 @@ _REQUIRED = {"run_id": _STR, "case": _STR, "torch": _STR, "exporter": _STR,
 _OPTIONAL = {
     "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STR, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
     "reason": _OPT_STR, "log": _OPT_STR, "bundle": _OPT_STR, "repro": _OPT_STR,
+    "cache_key": _OPT_STR, "cached_from": _OPT_STR,
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
     "duration_s": _OPT_OBJ, "graph": _OPT_OBJ,

@@ -257,6 +257,9 @@ class Matrix(_Strict):
     cell_memory_mb: int | None = Field(None, ge=0)
     # Each log (per export group, per worker) keeps its first and last log_max_mb / 2.
     log_max_mb: float = Field(LOG_MAX_MB, gt=0, allow_inf_nan=False)
+    # Workers running export/check/load/run/parity at once (latency is always timed alone, after
+    # them); null: one per CPU core. `--jobs N` on the command line overrides it.
+    jobs: int | None = Field(None, ge=1, le=256)
     install: InstallConfig = Field(default_factory=InstallConfig)
 
     @field_validator("torch", mode="before")
@@ -479,10 +482,15 @@ def _missing_function(file: Path, name: str) -> str | None:
 # Keys added after runs were stored: left out of the hash while at their default, so that a run
 # started before they existed still has the hash of the same matrix (resume checks it).
 _LATER_KEYS = {"cell_memory_mb": None, "log_max_mb": LOG_MAX_MB}
+# Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
+# run resumes with another `jobs`.
+_SCHEDULING_KEYS = ("jobs",)
 
 
 def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
+    for key in _SCHEDULING_KEYS:
+        data.pop(key, None)
     for key, default in _LATER_KEYS.items():
         if data.get(key) == default:
             data.pop(key)
