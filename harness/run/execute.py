@@ -33,7 +33,7 @@ from harness.core.job import PHASE_LATENCY, PHASE_VERDICTS, SPOOL_DIR, Job
 from harness.core.record import (
     Record,
     SchemaError,
-    append_record,
+    append_records,
     count_by_status,
     cut_torn_tail,
     read_records,
@@ -321,40 +321,50 @@ class Recorder:
 
     def verdict(self, rec: Record) -> None:
         """A record from a verdict worker, or one the runner made (skip, crash, environment)."""
+        self.verdicts([rec])
+
+    def verdicts(self, records: list[Record]) -> None:
         with self.lock:
-            if rec.cell_id in self.recorded or rec.cell_id in self.held:
-                return
-            if self.hold_passes and rec.status is Status.PASS:
-                self.held[rec.cell_id] = rec
-                return
-            self._write(rec)
+            batch = []
+            for rec in records:
+                if rec.cell_id in self.recorded or rec.cell_id in self.held:
+                    continue
+                if self.hold_passes and rec.status is Status.PASS:
+                    self.held[rec.cell_id] = rec
+                else:
+                    batch.append(rec)
+            self._write(batch)
 
     def timing(self, rec: Record) -> None:
         """A record from the latency phase: joined to the held verdict of its cell."""
         with self.lock:
             verdict = self.held.pop(rec.cell_id, None)
             if verdict is not None:
-                self._write(with_timing(verdict, rec))
+                self._write([with_timing(verdict, rec)])
 
-    def from_store(self, rec: Record) -> None:
-        """A record taken from the store by the cell cache (it keeps its key)."""
+    def from_store(self, records: list[Record]) -> None:
+        """Records taken from the store by the cell cache (they keep their key)."""
         with self.lock:
-            if rec.cell_id not in self.recorded:
-                self.cached += 1
-                self._write(rec, keep_key=True)
+            batch = [r for r in records if r.cell_id not in self.recorded and r.cell_id not in self.held]
+            self.cached += len(batch)
+            self._write(batch, cached=True)
 
-    def _write(self, rec: Record, keep_key: bool = False) -> None:
-        if not keep_key:
-            ok = rec.status in (Status.PASS, Status.FAIL, Status.SKIP) and not self.died(rec.cell_id)
-            rec.cache_key = self.keys.get(rec.cell_id) if ok else None
-        rec = self.annotate(rec)
-        append_record(self.results, rec)
-        self.recorded.add(rec.cell_id)
-        mark = {Status.PASS: "[green]pass[/]", Status.SKIP: "[dim]skip[/]"}.get(rec.status, f"[red]{rec.status}[/]")
-        where = " [dim](cached)[/]" if rec.cached_from else ""
-        self.progress.console.print(f"  {mark} {escape(rec.cell_id)}{where}"
-                                    + (f"  ({rec.stage}: {escape(rec.error)})" if rec.error else ""))
-        self.progress.advance(self.task)
+    def _write(self, records: list[Record], cached: bool = False) -> None:
+        """Annotate and append (one write and fsync for the batch); cached cells are summed up
+        per environment by the caller instead of a line each."""
+        for rec in records:
+            if not cached:
+                ok = rec.status in (Status.PASS, Status.FAIL, Status.SKIP) and not self.died(rec.cell_id)
+                rec.cache_key = self.keys.get(rec.cell_id) if ok else None
+            self.annotate(rec)
+        append_records(self.results, records)
+        for rec in records:
+            self.recorded.add(rec.cell_id)
+            if not cached:
+                mark = {Status.PASS: "[green]pass[/]", Status.SKIP: "[dim]skip[/]"}.get(rec.status, f"[red]{rec.status}[/]")
+                self.progress.console.print(f"  {mark} {escape(rec.cell_id)}"
+                                            + (f"  ({rec.stage}: {escape(rec.error)})" if rec.error else ""))
+        self.progress.advance(self.task, len(records))
 
 
 def with_timing(verdict: Record, timing: Record) -> Record:
@@ -407,7 +417,8 @@ class Scheduler:
         self.envs_settled = False
         self.errors: list[BaseException] = []
         self.meta_lock = threading.Lock()
-        recorder.died = lambda cid: any(cid in w.deaths for w in list(self.works.values()))
+        self.latency_works: list[EnvWork] = []
+        recorder.died = lambda cid: any(cid in w.deaths for w in [*self.works.values(), *self.latency_works])
 
     # -- the whole run ------------------------------------------------------------------------
     def run(self, todo: list[tuple[EnvPlan, list[Cell]]]) -> None:
@@ -415,8 +426,7 @@ class Scheduler:
         skip_reason = {e.env.name: self.provider.skip_reason(e.env) for e, _ in todo}
         for env_plan, cells in todo:
             if why := skip_reason[env_plan.env.name]:
-                for rec in skip_records(self.meta.run_id, env_plan, cells, why):
-                    self.recorder.verdict(rec)
+                self.recorder.verdicts(skip_records(self.meta.run_id, env_plan, cells, why))
         build = [(e, c) for e, c in todo if not skip_reason[e.env.name]]
         # Environments are prepared one after the other in a background thread: downloading and
         # installing the next torch (network and disk bound) overlaps the workers (CPU bound).
@@ -474,8 +484,7 @@ class Scheduler:
         except EnvironmentBuildError as exc:
             # Build logs hold brackets ("[/bin/sh -c ...]") that rich would read as markup.
             console.print(f"[red]environment {env.name} failed:[/] {escape(str(exc))}")
-            for rec in environment_failure_records(self.meta.run_id, env_plan, cells, exc):
-                self.recorder.verdict(rec)
+            self.recorder.verdicts(environment_failure_records(self.meta.run_id, env_plan, cells, exc))
             return
         with self.meta_lock:
             self.meta.environments[env.name] = marker.to_dict()
@@ -485,8 +494,8 @@ class Scheduler:
         hits = self.cache.lookup({cid: k for cid, k in keys.items() if k}) if self.cache else {}
         if self.fresh == FRESH_LATENCY:   # passing cells run again, for a fresh timing
             hits = {cid: h for cid, h in hits.items() if h[0].status not in (Status.PASS, Status.XPASS)}
-        for cid, (rec, source) in hits.items():
-            self.recorder.from_store(adopt(rec, source, self.meta.run_id, self.run_dir))
+        self.recorder.from_store([adopt(rec, source, self.meta.run_id, self.run_dir)
+                                  for rec, source in hits.values()])
         rest = [c for c in cells if c.cell_id not in hits]
         if hits:
             console.print(f"{env.name}: {len(hits)} of {len(cells)} cells unchanged, taken from the store",
@@ -505,8 +514,7 @@ class Scheduler:
             work.failed = exc
             groups = work.drain()
         cells = [c for c in work.env_plan.cells if c.cell_id in {x.cell_id for g in groups for x in g.cells}]
-        for rec in environment_failure_records(self.meta.run_id, work.env_plan, cells, exc):
-            self.recorder.verdict(rec)
+        self.recorder.verdicts(environment_failure_records(self.meta.run_id, work.env_plan, cells, exc))
 
     # -- verdict slots -------------------------------------------------------------------------
     def _next_work(self) -> EnvWork | None:
@@ -568,10 +576,12 @@ class Scheduler:
                 continue
             env = env_plan.env
             self.recorder.progress.update(self.recorder.task, description=f"{env.name}: latency")
+            work = EnvWork(env_plan)
+            self.latency_works.append(work)
             sup = WorkerSupervisor(self.provider, env_plan, self.job.replace(env=env.name, phase=PHASE_LATENCY),
                                    self.matrix.cell_timeout_s, self.recorder.timing,
                                    on_event=self._on_event, memory_limit_mb=self.memory_mb,
-                                   log_max_mb=self.matrix.log_max_mb, stop=self.stop)
+                                   log_max_mb=self.matrix.log_max_mb, work=work, stop=self.stop)
             try:
                 restarts = sup.run(held)
             except EnvironmentBuildError as exc:
@@ -600,7 +610,7 @@ def finalize(run_dir: Path, meta: RunMeta, reports: Path, order: list[str] | Non
     meta.write(run_dir)
     update_index(run_dir, reports)
     try:
-        CellCache(reports, warn=_say).add_run(run_dir)
+        CellCache(reports, warn=_say).add_run(run_dir, records)
     except OSError as exc:
         _say(f"warning: the cell cache could not index {run_dir}: {exc}")
 

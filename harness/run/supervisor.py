@@ -578,7 +578,7 @@ class WorkerSupervisor:
                 # The worker died before starting any group: the environment itself is broken.
                 raise EnvironmentBuildError(
                     f"worker for {spec.name} ended before running a cell ({death.why}); see "
-                    f"{self.run_dir / 'logs' / f'worker-{spec.name}.log'}")
+                    f"{self.run_dir / 'logs' / self.worker_log}")
             victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
             stage = Stage.EXPORT.value
         log_path = self.run_dir / "logs" / f"{group.gid}.log"

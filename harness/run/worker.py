@@ -264,6 +264,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
     holds the timing only; the runner joins it to the cell's verdict."""
     emit({"event": "hello", "versions": {}, "pid": os.getpid()})
     run_dir = Path(job.run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     for group in job.groups:
         emit({"event": "group_start", "gid": group.gid})
         log_path = run_dir / "logs" / f"{group.gid}.log"

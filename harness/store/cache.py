@@ -24,6 +24,7 @@ run, ``cached_from`` naming the run that produced it and a note saying so.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -193,6 +194,7 @@ class CellCache:
         self.reports = Path(reports)
         self.path = self.reports / INDEX_FILE
         self.warn = warn
+        self._runs: dict[str, dict[str, Record] | None] = {}   # read once per lookup session
 
     # -- the index --------------------------------------------------------------------------
     def _read(self) -> dict[str, dict[str, str]] | None:
@@ -212,10 +214,13 @@ class CellCache:
         self.reports.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.path, {"schema": INDEX_SCHEMA, "updated": time.time(), "keys": keys})
 
-    def _entries(self, run_dir: Path) -> dict[str, dict[str, str]]:
+    def _entries(self, run_dir: Path, records: list[Record] | None = None) -> dict[str, dict[str, str]]:
         """Key → entry for every reusable record of a finished run ({} for an unfinished one);
-        raises for a damaged run."""
-        meta, records = load_run(run_dir)
+        raises for a damaged run. ``records``: the run's, already read and validated."""
+        if records is None:
+            meta, records = load_run(run_dir)
+        else:
+            meta = read_run_meta(run_dir)
         if not meta.finished:
             return {}
         rel = str(Path(run_dir).resolve().relative_to(self.reports.resolve()))
@@ -243,7 +248,7 @@ class CellCache:
                 self._write(keys)
         return keys or {}
 
-    def add_run(self, run_dir: Path) -> int:
+    def add_run(self, run_dir: Path, records: list[Record] | None = None) -> int:
         """Index a finished run of the store (newest wins); returns how many of its records are
         reusable. Runs outside the store (``--output`` elsewhere) are not indexed."""
         try:
@@ -257,7 +262,7 @@ class CellCache:
                 mine = {k for k, e in keys.items() if (self.reports / e["dir"]).resolve() == Path(run_dir).resolve()}
             else:
                 try:
-                    entries = self._entries(run_dir)
+                    entries = self._entries(run_dir, records)
                 except (SchemaError, ValueError, OSError) as exc:
                     self.warn(f"warning: cell cache skips run {Path(run_dir).name}: {exc}")
                     entries = {}
@@ -283,17 +288,19 @@ class CellCache:
         hits: dict[str, tuple[Record, Path]] = {}
         for rel, cells in by_dir.items():
             run_dir = self.reports / rel
+            by_id = self._run_records(run_dir, rel)
+            for cid, key in cells.items():
+                rec = by_id.get(cid) if by_id else None
+                if rec is not None and rec.cache_key == key and reusable(rec):
+                    hits[cid] = (copy.copy(rec), run_dir)   # adopt rebinds fields, never mutates them
+        return hits
+
+    def _run_records(self, run_dir: Path, rel: str) -> dict[str, Record] | None:
+        if rel not in self._runs:
             try:
-                meta = read_run_meta(run_dir)
-                if not meta.finished:
-                    continue
-                _, records = load_run(run_dir)
+                meta, records = load_run(run_dir)
+                self._runs[rel] = {r.cell_id: r for r in records} if meta.finished else None
             except (SchemaError, ValueError, OSError) as exc:
                 self.warn(f"warning: cell cache skips stored run {run_dir.name}: {exc}")
-                continue
-            by_id = {r.cell_id: r for r in records}
-            for cid, key in cells.items():
-                rec = by_id.get(cid)
-                if rec is not None and rec.cache_key == key and reusable(rec):
-                    hits[cid] = (rec, run_dir)
-        return hits
+                self._runs[rel] = None
+        return self._runs[rel]
