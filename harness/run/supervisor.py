@@ -348,12 +348,14 @@ class WorkerSupervisor:
         state = AttemptState({g.gid: g for g in groups}, feed=feed)
         self._state = state
         token, nonce = secrets.token_hex(8), secrets.token_hex(4)
-        env = {**self.provider.worker_env(spec, self.job.threads), TOKEN_ENV: token,
-               RUNNER_PID_ENV: str(os.getpid())}
+        env = {**self.provider.worker_env(spec, self.job.threads), TOKEN_ENV: token}
         if self.log_max_bytes:
             env[LOG_MAX_ENV] = str(self.log_max_bytes)
         if self.owns_tree:
             env[RELAY_ENV] = nonce
+            # Die with the runner: a venv worker is our child. A container's worker is the child
+            # of the container's init (the variable would reach it, and it would exit at once).
+            env[RUNNER_PID_ENV] = str(os.getpid())
         relay = LogRelay(logs / self.worker_log, logs, self.log_max_bytes, nonce,
                          set(state.groups), lambda gid: self._group_log_closed(state, relay, gid))
         state.relay = relay
