@@ -232,6 +232,7 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
     SIGTERM/SIGINT/SIGHUP end the workers and raise ``RunInterrupted``, the run left resumable."""
     if fresh not in FRESH_MODES:
         raise ConfigError(f"--fresh: expected one of {', '.join(m for m in FRESH_MODES if m)} (got {fresh!r})")
+    jobs = resolve_jobs(jobs, matrix)
     mhash = matrix_hash(matrix)
     run_id = None
     target = output
@@ -243,8 +244,7 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
         run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
                                               force_resume, run_id)
         try:
-            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports,
-                     resolve_jobs(jobs, matrix), fresh)
+            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh)
         except RunInterrupted as exc:
             console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
                           f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
