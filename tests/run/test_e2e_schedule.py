@@ -23,13 +23,17 @@ def verdicts(records):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """Four runs of cache.yaml into one store: parallel (cold), the same again (warm), serial
-    (--fresh --jobs 1), and --fresh=latency."""
+    """Runs of cache.yaml into one store: parallel (cold), the same again (warm), serial
+    (--fresh --jobs 1), --fresh=latency, then with one more torch release."""
     reports = tmp_path_factory.mktemp("cache") / "reports"
+    # The nightly case: the same matrix with one more torch release.
+    nightly = reports.parent / "nightly.yaml"
+    nightly.write_text(CONFIG.read_text().replace('torch: ["2.13.0"]', 'torch: ["2.6.0", "2.13.0"]'))
     runs = {}
-    for name, args in (("parallel", ["--jobs", "2"]), ("warm", []), ("serial", ["--fresh", "--jobs", "1"]),
-                       ("latency", ["--fresh=latency"])):
-        proc = run_harness("--reports", str(reports), "matrix", "--config", str(CONFIG), *args)
+    for name, config, args in (("parallel", CONFIG, ["--jobs", "2"]), ("warm", CONFIG, []),
+                               ("serial", CONFIG, ["--fresh", "--jobs", "1"]),
+                               ("latency", CONFIG, ["--fresh=latency"]), ("nightly", nightly, [])):
+        proc = run_harness("--reports", str(reports), "matrix", "--config", str(config), *args)
         run_dir = next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory"))
         runs[name] = (read_run_meta(run_dir), read_records(f"{run_dir}/results.jsonl"))
     return runs
@@ -77,3 +81,12 @@ def test_parallel_verdicts_match_a_direct_export_and_onnxruntime_run(store, tmp_
     direct = {v["cell_id"]: (v["status"], v["stage"]) for v in map(json.loads, out.read_text().splitlines())}
     assert len(direct) == len(records), proc.stderr[-3000:]
     assert direct == verdicts(records)
+
+
+def test_one_more_torch_release_runs_only_that_release(store):
+    (_, latest), (meta, nightly) = store["latency"], store["nightly"]
+    new = [r for r in nightly if r.torch == "2.6.0"]
+    old = [r for r in nightly if r.torch == "2.13.0"]
+    assert len(new) == len(old) == 12 and meta.extra["schedule"]["cached"] == 12
+    assert not any(r.cached_from for r in new) and all(r.cached_from for r in old)
+    assert verdicts(old) == verdicts(latest)
