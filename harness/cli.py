@@ -41,7 +41,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.pipeline import run_matrix
 
     run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume,
-                                    force_resume=args.force_resume))
+                                    force_resume=args.force_resume, jobs=args.jobs, fresh=args.fresh))
     md = run_dir / "matrix.md"
     console = Console(stderr=True)
     if md.exists() and md.stat().st_size < 20000:
@@ -263,6 +263,16 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     return run_gpu_check(args.config, args.output)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (got {text!r})")
+    return value
+
+
 def _config(p: argparse.ArgumentParser, default: Path = DEFAULT_CONFIG, only: bool = True) -> None:
     p.add_argument("--config", type=Path, default=default, help=f"matrix file (default: {default.name})")
     if only:
@@ -305,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the newest unfinished run of this matrix (same matrix hash)")
     p.add_argument("--force-resume", action="store_true",
                    help="resume (--output DIR or --resume) even if the run was started from another matrix")
+    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help="verdict workers at once (default: the matrix's jobs, else one per core); "
+                        "latency is always timed alone, after them")
+    p.add_argument("--fresh", nargs="?", const="all", choices=("all", "latency"), default=None,
+                   help="run every cell again instead of taking unchanged ones from the store; "
+                        "--fresh=latency: only passing cells run again (fresh timings)")
     _shard_options(p)
     _store_option(p)
     p.set_defaults(func=cmd_matrix)

@@ -8,8 +8,10 @@ assertions in tests. In one run:
   records it) against a bare ONNX Runtime loop and against OpenVINO's ``benchmark_app``, on a
   millisecond-scale convnet and on a micro model, each measured in ``REPEATS`` fresh processes
   (interleaved), with the run-to-run spread of the process medians and the binding floor;
-- a small matrix (bench.yaml, ``--only``) run twice: wall time, verdict phase vs latency phase,
-  whether the re-run gives the same verdicts;
+- a small matrix (bench.yaml, ``--only``) run four times into a temporary store: first run vs
+  a re-run served by the cell cache (wall-time ratio, same verdicts), and ``--fresh`` with
+  ``--jobs 1`` vs ``--jobs 2`` (verdict phase and latency phase wall times, speed-up of parallel
+  verdicts, same verdicts);
 - warm environment reuse and the latency loop's own floor (a no-op).
 """
 from __future__ import annotations
@@ -122,33 +124,42 @@ def summarize_accuracy(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-# -- a small matrix, twice ---------------------------------------------------------------------
+# -- a small matrix: parallel vs serial verdicts, cold vs cached ------------------------------
 def phases(records: list[Record]) -> dict[str, float]:
-    """Verdict phase (export and check once per export group, then load/run/parity per cell) and
-    latency phase, summed from the records' stage times."""
+    """Stage seconds summed from the records (cells taken from the cache left out): the verdict
+    stages (export and check once per export group, then load/run/parity per cell) and latency.
+    Worker time, not wall time: with parallel verdicts their wall time is the run's ``schedule``."""
     groups: dict[tuple, float] = {}
     cells = latency = 0.0
     for r in records:
+        if r.cached_from:
+            continue
         group = (r.torch, r.case, r.exporter, r.opset, r.key.options.label)
         groups[group] = sum(r.duration_s.get(s, 0.0) for s in (Stage.EXPORT.value, Stage.CHECK.value))
         cells += sum(r.duration_s.get(s, 0.0) for s in VERDICT_STAGES
                      if s not in (Stage.EXPORT.value, Stage.CHECK.value))
         latency += r.duration_s.get(Stage.LATENCY.value, 0.0)
-    return {"verdict_phase_s": round(sum(groups.values()) + cells, 2), "latency_phase_s": round(latency, 2)}
+    return {"verdict_stages_s": round(sum(groups.values()) + cells, 2), "latency_stages_s": round(latency, 2)}
 
 
-def bench_matrix_run(config: Path, only: str, out: Path) -> tuple[dict[str, Any], list[Record]]:
-    """Run a small real matrix; report wall time, phases, peak RSS of the workers."""
+def bench_matrix_run(config: Path, only: str, reports: Path, *args: str) -> tuple[dict[str, Any], list[Record]]:
+    """Run a small real matrix into ``reports``; wall time, phases (wall and summed stage time),
+    cells taken from the cache, peak RSS of the workers."""
     t0 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run([sys.executable, "-m", "harness", "matrix", "--config", str(config),
-                    "--output", str(out), "--only", only], check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix",
+                           "--config", str(config), "--only", only, *args], check=True, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    out = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: ")))
     peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     records = read_records(out / "results.jsonl")
-    lat = [r.latency_ms for r in records if r.latency_ms]
+    schedule = json.loads((out / "run.json").read_text()).get("schedule", {})
+    lat = [r.latency_ms for r in records if r.latency_ms and not r.cached_from]
     stats = {
-        "cells": len(records), "wall_s": round(wall, 2), "per_cell_s": round(wall / max(len(records), 1), 3),
+        "args": " ".join(args), "cells": len(records), "wall_s": round(wall, 2),
+        "per_cell_s": round(wall / max(len(records), 1), 3),
+        "jobs": schedule.get("jobs"), "cached": schedule.get("cached"),
+        "verdict_phase_s": schedule.get("verdict_phase_s"), "latency_phase_s": schedule.get("latency_phase_s"),
         **phases(records),
         "peak_worker_rss_mb": round(peak_kb / 1024, 1),
         "results_kb": round((out / "results.jsonl").stat().st_size / 1024, 1),
@@ -159,15 +170,30 @@ def bench_matrix_run(config: Path, only: str, out: Path) -> tuple[dict[str, Any]
     return stats, records
 
 
-def bench_matrix_twice(config: Path, only: str) -> dict[str, Any]:
+def verdicts(records: list[Record]) -> dict[str, tuple[str, str | None]]:
+    return {r.cell_id: (r.status.value, r.stage) for r in records}
+
+
+def bench_matrix(config: Path, only: str) -> dict[str, Any]:
+    """Four runs of the small matrix into one temporary store: a first run (empty cell cache),
+    the same again (every cell from the cache), then --fresh with --jobs 1 and --jobs 2."""
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
-        first, rec1 = bench_matrix_run(config, only, Path(tmp) / "first")
-        again, rec2 = bench_matrix_run(config, only, Path(tmp) / "again")
-    verdicts = lambda recs: {r.cell_id: (r.status.value, r.stage) for r in recs}  # noqa: E731
-    return {"first": first, "warm_rerun": again,
-            "warm_rerun_ratio": round(again["wall_s"] / first["wall_s"], 3),
-            "same_verdicts": verdicts(rec1) == verdicts(rec2),
-            "cold_full_matrix": NOT_MEASURED + " (needs a fresh clone and every torch download)"}
+        store = Path(tmp) / "reports"
+        cold, rec_cold = bench_matrix_run(config, only, store)
+        warm, rec_warm = bench_matrix_run(config, only, store)
+        serial, rec1 = bench_matrix_run(config, only, store, "--fresh", "--jobs", "1")
+        parallel, rec2 = bench_matrix_run(config, only, store, "--fresh", "--jobs", "2")
+    return {
+        "first_run": cold, "cached_rerun": warm,
+        "cached_rerun_ratio": round(warm["wall_s"] / cold["wall_s"], 3),
+        "cached_same_verdicts": verdicts(rec_warm) == verdicts(rec_cold),
+        "jobs_1": serial, "jobs_2": parallel,
+        "verdict_phase_speedup_jobs_2": round(serial["verdict_phase_s"] / parallel["verdict_phase_s"], 2)
+        if parallel.get("verdict_phase_s") else None,
+        "wall_speedup_jobs_2": round(serial["wall_s"] / parallel["wall_s"], 2),
+        "jobs_same_verdicts": verdicts(rec1) == verdicts(rec2),
+        "cold_full_matrix": NOT_MEASURED + " (python -m harness matrix on matrix.yaml, see README)",
+    }
 
 
 # -- environments and the loop's own floor -------------------------------------------------------
@@ -221,7 +247,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "env_reuse": bench_env_reuse(config, only),
         "latency_accuracy": bench_latency_accuracy(latency_env(config, only)),
-        "matrix": bench_matrix_twice(config, only),
+        "matrix": bench_matrix(config, only),
         "timing_floor": bench_timing_overhead(),
     }
     out_dir = reports / "bench"
@@ -237,10 +263,14 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
     mx = results["matrix"]
     rows = [[f"env reuse: {k}", f"{v['warm_ensure_ms']:.1f} ms (cold install {v['cold_install_s']} s)"]
             for k, v in results["env_reuse"].items()]
-    rows += [[f"matrix ({only}), first run: {k}", v] for k, v in mx["first"].items()]
-    rows += [[f"matrix ({only}), warm re-run: {k}", v] for k, v in mx["warm_rerun"].items()]
-    rows += [["matrix: warm re-run / first run", mx["warm_rerun_ratio"]],
-             ["matrix: same verdicts on re-run", mx["same_verdicts"]],
+    for label, key in (("first run (empty cell cache)", "first_run"), ("re-run (cell cache)", "cached_rerun"),
+                       ("--fresh --jobs 1", "jobs_1"), ("--fresh --jobs 2", "jobs_2")):
+        rows += [[f"matrix ({only}), {label}: {k}", v] for k, v in mx[key].items() if k != "args"]
+    rows += [["matrix: cached re-run / first run (wall)", mx["cached_rerun_ratio"]],
+             ["matrix: same verdicts from the cache", mx["cached_same_verdicts"]],
+             ["matrix: verdict phase speed-up, jobs 2 vs 1", mx["verdict_phase_speedup_jobs_2"]],
+             ["matrix: wall speed-up, jobs 2 vs 1", mx["wall_speedup_jobs_2"]],
+             ["matrix: same verdicts, jobs 2 vs 1", mx["jobs_same_verdicts"]],
              ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
     rows += [[f"latency loop floor: {k}", v] for k, v in results["timing_floor"].items()]
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))

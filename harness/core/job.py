@@ -13,6 +13,10 @@ from typing import Any
 
 from harness.core.cell import CellKey, ExportOptions
 
+# Job.phase: how a worker runs its groups (see ``Job``).
+PHASE_ALL, PHASE_VERDICTS, PHASE_LATENCY = "all", "verdicts", "latency"
+SPOOL_DIR = "spool"   # <run_dir>/spool/<gid>/: a group's exported file and feeds between phases
+
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
@@ -134,6 +138,14 @@ class Job:
     threads: int = 1
     latency: LatencyProtocol = LatencyProtocol()
     bundles: bool = True          # write a bundle for every failing cell
+    # "all": every stage of each cell; "verdicts": every stage but latency, the exported file
+    # and feeds of a group with a passing cell kept in <run_dir>/spool/<gid>/ for the latency
+    # phase; "latency": time the spooled files of the groups' cells (nothing else runs then).
+    phase: str = PHASE_ALL
+
+    @property
+    def spool(self) -> Path:
+        return Path(self.run_dir) / SPOOL_DIR
 
     def to_dict(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)},

@@ -115,7 +115,9 @@ class Latency:
         return cls(**known, extra=extra)
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items()
+        # Flat fields: no deep copy (``asdict`` would walk each of up to 1,000 samples).
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {k: (list(v) if k == "samples" else v) for k, v in out.items()
                if k != "extra" and v is not None and (k != "samples" or (samples and v))}
         return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
@@ -159,6 +161,10 @@ class Record:
     bundle: str | None = None
     repro: str | None = None
     finished_at: float | None = None
+    # The cell cache (harness.store.cache): the digest of everything that decides this result
+    # (null: never reused), and the run that produced it when it was taken from the store.
+    cache_key: str | None = None
+    cached_from: str | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -235,6 +241,7 @@ _REQUIRED = {"run_id": _STR, "case": _STR, "torch": _STR, "exporter": _STR,
 _OPTIONAL = {
     "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STR, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
     "reason": _OPT_STR, "log": _OPT_STR, "bundle": _OPT_STR, "repro": _OPT_STR,
+    "cache_key": _OPT_STR, "cached_from": _OPT_STR,
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
     "duration_s": _OPT_OBJ, "graph": _OPT_OBJ,
@@ -365,9 +372,19 @@ def append_record(path: Path, record: Record) -> None:
     The line goes after a newline only: a torn tail is cut (and reported) first, so an appended
     record is never glued onto the bytes of an interrupted one. One ``write`` of the whole line
     on an O_APPEND descriptor."""
+    append_records(path, [record])
+
+
+def append_records(path: Path, records: Iterable[Record]) -> None:
+    """Append records that are all known at once (cells taken from the store, skips) with one
+    write and one fsync; the same guarantees as ``append_record`` (an interrupted write leaves a
+    torn last line, which the next append or a resume cuts)."""
     path = Path(path)
+    data = "".join(r.to_json() + "\n" for r in records)
+    if not data:
+        return
     cut_torn_tail(path)
-    line = (record.to_json() + "\n").encode("utf-8")
+    line = data.encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(line)

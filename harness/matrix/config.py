@@ -260,6 +260,9 @@ class Matrix(_Strict):
     cell_memory_mb: int | None = Field(None, ge=0)
     # Each log (per export group, per worker) keeps its first and last log_max_mb / 2.
     log_max_mb: float = Field(LOG_MAX_MB, gt=0, allow_inf_nan=False)
+    # Workers running export/check/load/run/parity at once (latency is always timed alone, after
+    # them); null: one per CPU core. `--jobs N` on the command line overrides it.
+    jobs: int | None = Field(None, ge=1, le=256)
     install: InstallConfig = Field(default_factory=InstallConfig)
     # After the run: reduce every failing cell's file (load, run, parity) to the smallest graph
     # that still fails (harness.run.reduce), each within reduce_timeout_s.
@@ -507,10 +510,15 @@ def _missing_function(file: Path, name: str) -> str | None:
 # resumes (resume checks the hash) and keeps its run-id suffix.
 _LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
                    ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
+# Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
+# run resumes with another `jobs`.
+_SCHEDULING_KEYS = ("jobs",)
 
 
 def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
+    for key in _SCHEDULING_KEYS:
+        data.pop(key, None)
     for path, default in _LATER_DEFAULTS.items():
         *parents, last = path
         node = data

@@ -2,21 +2,28 @@
 check once per export group (``GroupContext``), then load → run → parity → latency per runtime
 cell (``run_cell``).
 
+In a run, latency is a phase of its own (``Job.phase``): the verdict workers run every stage
+but latency and keep each exported file with its feeds in the run's spool (``spool_group``);
+once no verdict worker runs any more, a latency worker per environment loads each spooled file
+again and times it alone on the machine (``read_spool``, ``time_cell``).
+
 Exceptions become statuses in one place (``stage``); a cell's record is made by
 ``Record.for_cell``. Standard library at module level; torch, onnx and runtimes lazily.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import platform
 import re
 import time
 import traceback
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.core.job import CellJob, ExportGroup, Job
+from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
 from harness.run.dims import note_specialised
@@ -264,11 +271,12 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             if ctx.second_shape:
                 parity.extra["second_shape"] = dict(ctx.second_shape)
             rec.parity = parity
-        with stage(Stage.LATENCY, durations):
-            if job.latency.enabled:
-                feeds0 = _match_feeds(ctx.feeds[0], graph_inputs)
-                rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
-                rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
+        if job.phase != PHASE_VERDICTS:   # in a run's verdict phase, latency comes later
+            with stage(Stage.LATENCY, durations):
+                if job.latency.enabled:
+                    feeds0 = _match_feeds(ctx.feeds[0], graph_inputs)
+                    rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
+                    rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = failure.status
         rec.stage = None if failure.status is Status.SKIP else failure.stage
@@ -301,6 +309,87 @@ def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str]
         where = "growing " + (", ".join(_culprit_dims(ctx, adapter, graph_inputs)) or "all dims together")
     return SecondShapeError(f"at second shape {shapes}: rejected when {where} "
                             f"(dynamic dims {dims}): {short_error(exc)}")
+
+
+# -- between the phases: the spool ----------------------------------------------------------------
+SPOOL_META = "spool.json"
+SPOOL_FEEDS = "feeds.npz"
+
+
+def spool_group(ctx: GroupContext, torch_version: str) -> None:
+    """Keep what the latency phase needs beside the exported file (which the verdict phase
+    writes into the group's spool folder): the example-shape feeds, every shape the cells ran
+    (TensorRT builds its profile from them) and the torch version."""
+    import numpy as np
+
+    folder = ctx.onnx_path.parent
+    names = list(ctx.feeds[0])
+    np.savez(folder / SPOOL_FEEDS, *[ctx.feeds[0][n] for n in names])
+    meta = {"torch": torch_version, "onnx": ctx.onnx_path.name, "inputs": names,
+            "shapes": [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds]}
+    (folder / SPOOL_META).write_text(json.dumps(meta))
+
+
+@dataclass
+class Spooled:
+    """A group's exported file and feeds, read back by the latency worker."""
+
+    onnx_path: Path
+    torch: str = ""
+    feeds: dict[str, Any] = field(default_factory=dict)
+    shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    error: Exception | None = None     # why the spool cannot be read: the cells fail at latency
+
+
+def read_spool(job: Job, group: ExportGroup) -> Spooled:
+    import numpy as np
+
+    folder = job.spool / group.gid
+    try:
+        meta = json.loads((folder / SPOOL_META).read_text())
+        with np.load(folder / SPOOL_FEEDS) as data:
+            arrays = [data[f"arr_{i}"] for i in range(len(meta["inputs"]))]
+        return Spooled(folder / meta["onnx"], str(meta["torch"]), dict(zip(meta["inputs"], arrays)),
+                       [{n: tuple(d) for n, d in s.items()} for s in meta["shapes"]])
+    except Exception as exc:  # noqa: BLE001 - a missing or damaged spool is each cell's failure
+        return Spooled(folder / f"{group.gid}.onnx",
+                       error=FileNotFoundError(f"spooled export of {group.gid} unreadable: {short_error(exc)}"))
+
+
+def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> Record:
+    """The latency phase of one cell: load its spooled file in the runtime and time it with the
+    matrix's protocol. The record carries only the timing (the runner joins it to the verdict);
+    a failure here is a failure at ``latency``."""
+    from harness.run.latency import measure, runtime_floor
+    from harness.runtimes import load_adapter
+
+    rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
+                          cell_id=cell.cell_id)
+    durations: dict[str, float] = {}
+    adapter = None
+    try:
+        with stage(Stage.LATENCY, durations):
+            if spooled.error is not None:
+                raise spooled.error
+            adapter_cls = load_adapter(cell.runtime_name)
+            adapter = adapter_cls(spooled.onnx_path, threads=job.threads, precision=group.options.precision,
+                                  options=cell.runtime_options)
+            adapter.prepare(spooled.shapes)
+            adapter.activate()
+            feeds0 = _match_feeds(spooled.feeds, adapter.input_names())
+            rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
+            rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
+    except StageFailure as failure:
+        rec.status = Status.FAIL
+        rec.stage = Stage.LATENCY.value
+        rec.error = short_error(failure.exc)
+    finally:
+        if adapter is not None:
+            with contextlib.suppress(Exception):
+                adapter.deactivate()
+    rec.duration_s = durations
+    rec.finished_at = time.time()
+    return rec
 
 
 def _culprit_dims(ctx: GroupContext, adapter: Any, graph_inputs: list[str]) -> list[str]:

@@ -19,6 +19,12 @@ Whatever a case does, the run goes on and every planned cell gets exactly one re
   ``log_max_mb / 2`` (``LogRelay``), and a bundle gets the capped log.
 
 Each worker runs in its own session (process group): killing it kills its group.
+
+Several workers may run one environment's groups at once (``EnvWork``: the environment's queue
+of groups, shared by the supervisors of the runner's slots, with each cell's deaths): a venv
+worker asks for the next group when it is free (``--groups-fd``), a container gets all the
+groups left when it starts. A group a dead worker leaves unfinished goes back to the front of
+the queue, restricted to its cells without a record.
 """
 from __future__ import annotations
 
@@ -30,11 +36,13 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import psutil
 
@@ -57,6 +65,48 @@ MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is re
 BYE_GRACE_S = 10.0           # a worker that said bye but does not exit (a case's thread) is killed
 DRAIN_S = 2.0                # how long output of dead processes is read after the worker ended
 MIB = 2 ** 20
+_WORKER_SEQ = count(1)       # job file names: unique per runner, also with workers in parallel
+
+
+class Stopped(Exception):
+    """The runner is stopping (a signal): the worker was killed, nothing is recorded for it."""
+
+
+class EnvWork:
+    """An environment's export groups still to run, shared by every supervisor (slot) that runs
+    them, and each cell's worker deaths (a cell retried by another slot keeps its count)."""
+
+    def __init__(self, env_plan: EnvPlan, groups: Iterable[ExportGroup] = ()) -> None:
+        self.env_plan = env_plan
+        self.queue: deque[ExportGroup] = deque(groups)
+        self.deaths: dict[str, list[str]] = {}
+        self.early_ends = 0           # workers of this environment that ended early
+        self.active = 0               # workers running now
+        self.failed: Exception | None = None
+        self.lock = threading.RLock()
+
+    def take(self) -> ExportGroup | None:
+        with self.lock:
+            return self.queue.popleft() if self.queue and self.failed is None else None
+
+    def take_all(self) -> list[ExportGroup]:
+        with self.lock:
+            out, self.queue = (list(self.queue), deque()) if self.failed is None else ([], self.queue)
+            return out
+
+    def give_back(self, groups: list[ExportGroup]) -> None:
+        """Unfinished groups go first: the next free worker retries them."""
+        with self.lock:
+            self.queue.extendleft(reversed(groups))
+
+    def drain(self) -> list[ExportGroup]:
+        with self.lock:
+            out, self.queue = list(self.queue), deque()
+            return out
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self.queue)
 
 
 def planned_record(run_id: str, cell: Cell, env: str, status: Status, **kw: Any) -> Record:
@@ -201,6 +251,9 @@ class AttemptState:
     bye: bool = False
     groups_started: int = 0
     bundles: dict[str, list[Path]] = field(default_factory=dict)   # gid → bundle dirs
+    feed: Callable[[], ExportGroup | None] | None = None           # more groups on "want"
+    groups_w: int | None = None                                    # the pipe they go down
+    relay: Any = None
 
 
 class WorkerSupervisor:
@@ -209,8 +262,12 @@ class WorkerSupervisor:
     def __init__(self, provider: Provider, env_plan: EnvPlan, job: Job, cell_timeout_s: float,
                  on_record: Callable[[Record], None],
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 memory_limit_mb: int | None = None, log_max_mb: float | None = None) -> None:
-        """``job`` carries everything but the groups, which the supervisor fills per attempt."""
+                 memory_limit_mb: int | None = None, log_max_mb: float | None = None,
+                 work: EnvWork | None = None, stop: threading.Event | None = None,
+                 worker_log: str | None = None) -> None:
+        """``job`` carries everything but the groups, which the supervisor fills per attempt;
+        ``work`` is the environment's shared queue (``run_shared``); ``stop`` ends the worker
+        and raises ``Stopped``; ``worker_log`` names the log of the worker's own output."""
         self.provider, self.env_plan, self.job = provider, env_plan, job
         self.run_id, self.run_dir = job.run_id, Path(job.run_dir)
         self.cell_timeout_s = cell_timeout_s
@@ -222,54 +279,106 @@ class WorkerSupervisor:
         # A venv worker is a process tree of ours; a container's processes are Docker's (removed
         # with the container), and its worker writes group logs itself (capped in the worker).
         self.owns_tree = getattr(provider, "name", "") == "venv"
-        self.deaths: dict[str, list[str]] = {}
+        self.work = work or EnvWork(env_plan)
+        self.deaths = self.work.deaths
+        self.stop = stop
+        self.worker_log = worker_log or f"worker-{env_plan.env.name}.log"
 
     def run(self, cells: list[Cell]) -> int:
-        """Run ``cells``; returns the number of worker restarts."""
+        """Run ``cells`` (each worker gets every group left); returns the number of worker restarts."""
         pending = [c.cell_id for c in cells]
         restarts = 0
         attempt = 0
         while pending:
             attempt += 1
             groups = self.env_plan.groups([self.cells[cid] for cid in pending])
-            done = self._run_worker(groups, attempt)
+            done, _ = self._run_worker(groups, attempt)
             pending = [cid for cid in pending if cid not in done]
             if pending:
                 restarts += 1
         return restarts
 
+    def run_shared(self) -> None:
+        """Run groups from the environment's shared queue until it is empty: a venv worker asks
+        for one group at a time, so that every free slot takes part; a group a worker left
+        unfinished goes back to the queue (the cells it settled stay settled). Raises
+        ``EnvironmentBuildError`` when a worker dies before running any cell (the caller records
+        the environment's remaining cells) and ``Stopped`` when the runner stops."""
+        pull = self.owns_tree
+        while True:
+            if self.stop is not None and self.stop.is_set():
+                raise Stopped()
+            first = self.work.take()
+            if first is None:
+                return
+            groups = [first] if pull else [first, *self.work.take_all()]
+            with self.work.lock:
+                self.work.active += 1
+            self._state = None
+            try:
+                done, handed = self._run_worker(groups, next(_WORKER_SEQ), feed=self.work.take if pull else None)
+            except Stopped:
+                raise
+            except BaseException:
+                state = self._state
+                handed = list(state.groups.values()) if state else groups
+                self.work.give_back(self._unfinished(handed, state.done if state else set()))
+                raise
+            finally:
+                with self.work.lock:
+                    self.work.active -= 1
+            self.work.give_back(self._unfinished(handed, done))
+
+    def _unfinished(self, groups: list[ExportGroup], done: set[str]) -> list[ExportGroup]:
+        cells = [self.cells[c.cell_id] for g in groups for c in g.cells if c.cell_id not in done]
+        return self.env_plan.groups(cells) if cells else []
+
     # -- one worker process ---------------------------------------------------------------
 
-    def _run_worker(self, groups: list[ExportGroup], attempt: int) -> set[str]:
+    def _run_worker(self, groups: list[ExportGroup], attempt: int,
+                    feed: Callable[[], ExportGroup | None] | None = None) -> tuple[set[str], list[ExportGroup]]:
+        """One worker process on ``groups`` (and, with ``feed``, the groups it asks for): the
+        cells it settled (recorded, or charged for its death) and every group it was given."""
         spec = self.env_plan.env
         jobs = self.run_dir / "jobs"
         jobs.mkdir(parents=True, exist_ok=True)
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         job_path = self.job.replace(groups=tuple(groups)).write(jobs / f"{spec.name}-{attempt}.json")
-        state = AttemptState({g.gid: g for g in groups})
+        state = AttemptState({g.gid: g for g in groups}, feed=feed)
+        self._state = state
         token, nonce = secrets.token_hex(8), secrets.token_hex(4)
-        env = {**self.provider.worker_env(spec, self.job.threads), TOKEN_ENV: token,
-               RUNNER_PID_ENV: str(os.getpid())}
+        env = {**self.provider.worker_env(spec, self.job.threads), TOKEN_ENV: token}
         if self.log_max_bytes:
             env[LOG_MAX_ENV] = str(self.log_max_bytes)
         if self.owns_tree:
             env[RELAY_ENV] = nonce
-        relay = LogRelay(logs / f"worker-{spec.name}.log", logs, self.log_max_bytes, nonce,
+            # Die with the runner: a venv worker is our child. A container's worker is the child
+            # of the container's init (the variable would reach it, and it would exit at once).
+            env[RUNNER_PID_ENV] = str(os.getpid())
+        relay = LogRelay(logs / self.worker_log, logs, self.log_max_bytes, nonce,
                          set(state.groups), lambda gid: self._group_log_closed(state, relay, gid))
+        state.relay = relay
         events_r, events_w = os.pipe()
         out_r, out_w = os.pipe()
+        fds = [events_r, events_w, out_r, out_w]
         cmd = [*self.provider.worker_command(spec), "--job", str(job_path), "--events-fd", str(events_w)]
+        passed = [events_w]
+        if feed is not None:
+            groups_r, state.groups_w = os.pipe()
+            fds += [groups_r, state.groups_w]
+            passed.append(groups_r)
+            cmd += ["--groups-fd", str(groups_r)]
         try:
-            proc = subprocess.Popen(cmd, pass_fds=(events_w,), stdin=subprocess.DEVNULL, stdout=out_w,
+            proc = subprocess.Popen(cmd, pass_fds=tuple(passed), stdin=subprocess.DEVNULL, stdout=out_w,
                                     stderr=out_w, env=env, start_new_session=True)
         except BaseException:
-            for fd in (events_r, events_w, out_r, out_w):
+            for fd in fds:
                 os.close(fd)
             relay.close()
             raise
-        os.close(events_w)
-        os.close(out_w)
+        for fd in (*passed, out_w):
+            os.close(fd)
         death: Death | None = None
         try:
             death = self._supervise(proc, events_r, out_r, relay, state, token)
@@ -277,13 +386,19 @@ class WorkerSupervisor:
             self._end_worker(proc, state, token, out_r, relay)
             os.close(events_r)
             os.close(out_r)
+            if state.groups_w is not None:
+                with contextlib.suppress(OSError):
+                    os.close(state.groups_w)
+        handed = list(state.groups.values())
         if death is None:
-            missing = [c.cell_id for g in groups for c in g.cells if c.cell_id not in state.done]
+            missing = [c.cell_id for g in handed for c in g.cells if c.cell_id not in state.done]
             if not missing:
-                return state.done
+                return state.done, handed
             death = Death(Status.CRASH, "Crash: worker ended without running every cell")
-        self._blame(death, groups, state)
-        return state.done
+        with self.work.lock:
+            self.work.early_ends += 1
+        self._blame(death, handed, state)
+        return state.done, handed
 
     def _supervise(self, proc: subprocess.Popen, events_r: int, out_r: int, relay: LogRelay,
                    state: AttemptState, token: str) -> Death | None:
@@ -293,6 +408,8 @@ class WorkerSupervisor:
         watch = {events_r, out_r}
         buf = b""
         while True:
+            if self.stop is not None and self.stop.is_set():
+                raise Stopped()
             now = time.monotonic()
             if now >= deadline:
                 return Death(Status.TIMEOUT, f"Timeout: no progress within {self.cell_timeout_s:g} s",
@@ -391,10 +508,33 @@ class WorkerSupervisor:
             self.on_record(rec)
             if rec.bundle and state.group is not None:
                 state.bundles.setdefault(state.group.gid, []).append(Path(rec.bundle))
+        elif kind == "want":
+            self._hand_out(state)
         elif kind == "bye":
             state.bye = True
         self.on_event(event)
         return None
+
+    def _hand_out(self, state: AttemptState) -> None:
+        """Answer a worker's ``want``: the environment's next group, or null (then no more)."""
+        if state.groups_w is None:
+            return
+        group = state.feed() if state.feed is not None else None
+        if group is not None:
+            state.groups[group.gid] = group
+            if state.relay is not None:
+                state.relay.known.add(group.gid)
+        line = (json.dumps(group.to_dict()) if group is not None else "null") + "\n"
+        try:
+            data = line.encode()
+            while data:
+                data = data[os.write(state.groups_w, data):]
+        except OSError:
+            pass            # the worker is gone: its death is seen on the events pipe
+        if group is None:
+            with contextlib.suppress(OSError):
+                os.close(state.groups_w)
+            state.groups_w = None
 
     def _group_log_closed(self, state: AttemptState, relay: LogRelay, gid: str) -> None:
         """Bundles get the group's final, capped log (the worker copied it mid-way)."""
@@ -440,7 +580,7 @@ class WorkerSupervisor:
                 # The worker died before starting any group: the environment itself is broken.
                 raise EnvironmentBuildError(
                     f"worker for {spec.name} ended before running a cell ({death.why}); see "
-                    f"{self.run_dir / 'logs' / f'worker-{spec.name}.log'}")
+                    f"{self.run_dir / 'logs' / self.worker_log}")
             victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
             stage = Stage.EXPORT.value
         log_path = self.run_dir / "logs" / f"{group.gid}.log"

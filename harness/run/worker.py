@@ -1,12 +1,19 @@
 """The worker: runs inside one environment, imports torch once, runs that environment's cells.
 
-Invoked by the runner as ``python -m harness.run.worker --job JOB.json --events-fd N``. For each
-export group (case, exporter, opset, options) it builds the case, computes eager references,
-exports once, checks the file, then runs every runtime cell of the group. Each finished cell is
-sent to the runner as one JSON event on the events pipe, the last one being ``bye``: a worker
-that ends without it ended early (a case called ``sys.exit`` or ``os._exit``), and the runner
-treats that as a crash. stdout/stderr of a group go to its log (``GroupLogs``). A process that a
-case forks never gets past the next line of worker code (``leave_if_forked``).
+Invoked by the runner as ``python -m harness.run.worker --job JOB.json --events-fd N
+[--groups-fd M]``. For each export group (case, exporter, opset, options) it builds the case,
+computes eager references, exports once, checks the file, then runs every runtime cell of the
+group. Each finished cell is sent to the runner as one JSON event on the events pipe, the last
+one being ``bye``: a worker that ends without it ended early (a case called ``sys.exit`` or
+``os._exit``), and the runner treats that as a crash. With ``--groups-fd`` the worker asks for
+more groups when its job's are done (a ``want`` event, answered by one JSON group, or ``null``,
+on that pipe): the runner hands an environment's groups to whichever of its workers is free.
+
+``Job.phase`` says which stages run: all of them (a bundle's repro), all but latency (a run's
+verdict phase: exported files kept in the run's spool), or only latency (the latency phase: the
+spooled files timed, torch not even imported). stdout/stderr of a group go to its log
+(``GroupLogs``). A process that a case forks never gets past the next line of worker code
+(``leave_if_forked``).
 """
 from __future__ import annotations
 
@@ -20,12 +27,19 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from harness.core.job import Job
+from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
 from harness.core.status import Status
 from harness.run.bundle import write_bundle
-from harness.run.stages import GroupContext, package_versions, run_cell
+from harness.run.stages import (
+    GroupContext,
+    package_versions,
+    read_spool,
+    run_cell,
+    spool_group,
+    time_cell,
+)
 
 # The worker's own pid: a process forked by a case returns into this module's code with another
 # pid and must leave at once (``leave_if_forked``), before it writes a log, a bundle or an event.
@@ -184,20 +198,51 @@ def die_with_runner() -> None:
             os._exit(1)
 
 
-def run_job(job: Job, emit, logs: GroupLogs | None = None) -> None:
+class GroupFeed:
+    """More groups from the runner, one per ``want`` event, read from the groups pipe."""
+
+    def __init__(self, fd: int, emit: Callable[[dict[str, Any]], None]) -> None:
+        self.stream = os.fdopen(fd, "r", encoding="utf-8")
+        self.emit = emit
+
+    def __call__(self) -> ExportGroup | None:
+        self.emit({"event": "want"})
+        line = self.stream.readline()
+        leave_if_forked()
+        data = json.loads(line) if line.strip() else None
+        return ExportGroup.from_dict(data) if isinstance(data, dict) else None
+
+
+def _groups(job: Job, feed: Callable[[], ExportGroup | None] | None) -> Iterator[ExportGroup]:
+    yield from job.groups
+    while feed is not None and (group := feed()) is not None:
+        yield group
+
+
+def run_job(job: Job, emit, logs: GroupLogs | None = None,
+            feed: Callable[[], ExportGroup | None] | None = None) -> None:
     logs = logs or GroupLogs()
+    if job.phase == PHASE_LATENCY:
+        run_latency_job(job, emit, logs)
+        return
     versions = package_versions()
     emit({"event": "hello", "versions": versions, "pid": os.getpid()})
     run_dir = Path(job.run_dir)
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
+    spool = job.phase == PHASE_VERDICTS and job.latency.enabled
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
-        for group in job.groups:
+        for group in _groups(job, feed):
             emit({"event": "group_start", "gid": group.gid})
             log_path = log_dir / f"{group.gid}.log"
-            ctx = GroupContext(job, group, Path(tmp))
+            workdir = job.spool / group.gid if spool else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            ctx = GroupContext(job, group, workdir)
             with logs.block(group.gid, log_path):
                 ctx.prepare()
+                if spool and ctx.failure is None:
+                    spool_group(ctx, versions["torch"])
             for cell in group.cells:
                 emit({"event": "cell_start", "cell_id": cell.cell_id})
                 with logs.block(group.gid, log_path):
@@ -208,14 +253,43 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None) -> None:
                         logs.cap(log_path)
                         write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
                 emit({"event": "record", "record": rec.to_dict()})
-            for p in Path(tmp).glob(f"{group.gid}.onnx*"):
-                p.unlink()
+            if not spool:
+                for p in Path(tmp).glob(f"{group.gid}.onnx*"):
+                    p.unlink()
+
+
+def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
+    """The latency phase in one environment: each group's spooled file, loaded again in each
+    cell's runtime and timed (the runner starts this worker when nothing else runs). Each record
+    holds the timing only; the runner joins it to the cell's verdict."""
+    emit({"event": "hello", "versions": {}, "pid": os.getpid()})
+    run_dir = Path(job.run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    for group in job.groups:
+        emit({"event": "group_start", "gid": group.gid})
+        log_path = run_dir / "logs" / f"{group.gid}.log"
+        with logs.block(group.gid, log_path):
+            spooled = read_spool(job, group)
+        for cell in group.cells:
+            emit({"event": "cell_start", "cell_id": cell.cell_id})
+            with logs.block(group.gid, log_path):
+                print(f"=== latency {cell.cell_id} ===", flush=True)
+                rec = time_cell(job, group, cell, spooled)
+                rec.log = str(log_path)
+                if rec.status is Status.FAIL and job.bundles and spooled.error is None:
+                    ctx = GroupContext(job, group, spooled.onnx_path.parent)
+                    ctx.feeds = [spooled.feeds]
+                    logs.cap(log_path)
+                    write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
+            emit({"event": "record", "record": rec.to_dict()})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.run.worker")
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--events-fd", type=int, default=None)
+    parser.add_argument("--groups-fd", type=int, default=None,
+                        help="ask the runner for more groups on this pipe when the job's are done")
     parser.add_argument("--print", action="store_true", help="print records (repro mode)")
     args = parser.parse_args(argv)
     global _WORKER_PID
@@ -238,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         stream.flush()
 
     if args.print:
-        job = job.replace(bundles=False, run_dir=tempfile.mkdtemp(prefix="harness-repro-"))
-    run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env())
+        job = job.replace(bundles=False, run_dir=tempfile.mkdtemp(prefix="harness-repro-"), phase=PHASE_ALL)
+    feed = GroupFeed(args.groups_fd, emit) if args.groups_fd is not None else None
+    run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env(), feed)
     emit({"event": "bye"})
     return 0
 

@@ -186,6 +186,8 @@ MALFORMED = [
     ("xfail-unknown-axis", cfg(xfail=[{"match": {"cas": "mha"}, "reason": "known bug", "link": "https://x.org/1"}]),
      "xfail[0].match", "unknown axis"),
     ("threads-zero", cfg(threads=0), "threads", "greater than or equal"),
+    ("jobs-zero", cfg(jobs=0), "jobs", "greater than or equal"),
+    ("jobs-text", cfg(jobs="many"), "jobs", "integer"),
     ("timeout-negative", cfg(cell_timeout_s=-1), "cell_timeout_s", "greater than"),
     ("timeout-nan", cfg().replace("cases:", "cell_timeout_s: .nan\ncases:"), "cell_timeout_s", "finite"),
     ("latency-min-runs-zero", cfg(latency={"min_runs": 0}), "latency", "min_runs"),
@@ -302,3 +304,12 @@ def test_uninstallable_matrix_is_one_line_exit_2_before_any_install(cli, content
 def test_only_with_a_broken_regex_is_one_line_exit_2(cli):
     rc, err, _ = cli(cfg(), "--only", "case=~[")
     assert rc == 2 and len(err) == 1 and "--only: case='~['" in err[0]
+
+
+@pytest.mark.parametrize("args, text", [(["--jobs", "0"], "--jobs: expected a whole number >= 1"),
+                                        (["--jobs", "two"], "--jobs: expected a whole number >= 1"),
+                                        (["--fresh=sometimes"], "--fresh: invalid choice")])
+def test_bad_jobs_or_fresh_exit_2_before_anything_runs(cli, capsys, args, text):
+    with pytest.raises(SystemExit) as info:
+        cli(cfg(), *args)
+    assert info.value.code == 2 and text in capsys.readouterr().err

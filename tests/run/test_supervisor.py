@@ -164,7 +164,8 @@ def test_a_memory_hog_is_stopped_at_cell_memory_mb(hostile_run):
 
 def test_a_second_runner_on_the_same_run_is_refused_with_the_holders_pid(tmp_path):
     reports = tmp_path / "reports"
-    first = start_runner("--reports", str(reports))
+    # One verdict worker: while it is in the slow case, the first runner has written nothing yet.
+    first = start_runner("--reports", str(reports), "--jobs", "1")
     try:
         wait_for(lambda: list(reports.glob("runs/*/logs/*slow*.log")), "the first runner in its slow case")
         run = next(reports.glob("runs/*"))

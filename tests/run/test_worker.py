@@ -186,3 +186,40 @@ def test_a_failing_nested_input_cell_bundles_every_leaf(tmp_path):
             "input_0": (3, 4, 4), "input_1_0": (3, 4), "input_1_1_scale": (3, 4)}
     structure = json.loads((bundle / "inputs.json").read_text())
     assert [leaf["path"] for leaf in structure[0]["leaves"]] == ["x", "state.0", "state.1.scale"]
+def test_verdict_phase_spools_the_export_and_the_latency_phase_times_it(tmp_path):
+    """A run's two phases in the real worker: verdicts without latency (the file and feeds kept in
+    the spool), then the spooled file loaded again in each runtime and timed."""
+    case = tmp_path / "cases.py"
+    case.write_text("import torch\n"
+                    "def lin():\n"
+                    "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),), {0: {0: 'batch'}}\n")
+    group = ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17,
+                        cells=(CellJob("c-ort", "ort-cpu", "ort-cpu"), CellJob("c-ov", "openvino", "openvino")))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,), base_dir=str(tmp_path),
+              latency=LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1, warmup_s=0.0),
+              phase="verdicts")
+    events: list[dict] = []
+    run_job(Job.from_dict(json.loads(job.to_json())), events.append)
+    verdicts = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
+    assert [r.status for r in verdicts] == [Status.PASS, Status.PASS]
+    assert all(not r.latency_ms and "latency" not in r.duration_s and r.parity.max_abs is not None
+               for r in verdicts)
+    spooled = sorted(p.name for p in (tmp_path / "run" / "spool" / "g1").iterdir())
+    assert "g1.onnx" in spooled and "feeds.npz" in spooled and "spool.json" in spooled
+
+    events.clear()
+    run_job(job.replace(phase="latency"), events.append)
+    timings = {r.cell_id: r for r in (Record.from_dict(e["record"]) for e in events if e["event"] == "record")}
+    assert set(timings) == {"c-ort", "c-ov"}
+    for r in timings.values():
+        assert r.status is Status.PASS and r.latency_ms.iterations >= 5 and r.latency_ms.floor_ms
+        assert r.torch == verdicts[0].torch and set(r.duration_s) == {"latency"}
+
+
+def test_a_missing_spool_fails_the_cell_at_latency(tmp_path):
+    group = ExportGroup("gone", "lin", "x.py:lin", "dynamo", 18, cells=(CellJob("c", "ort-cpu", "ort-cpu"),))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,), phase="latency")
+    events: list[dict] = []
+    run_job(job, events.append)
+    (rec,) = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
+    assert (rec.status, rec.stage) == (Status.FAIL, "latency") and "spooled export of gone" in rec.error
