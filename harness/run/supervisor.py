@@ -81,7 +81,6 @@ class EnvWork:
         self.queue: deque[ExportGroup] = deque(groups)
         self.deaths: dict[str, list[str]] = {}
         self.early_ends = 0           # workers of this environment that ended early
-        self.active = 0               # workers running now
         self.failed: Exception | None = None
         self.lock = threading.RLock()
 
@@ -288,11 +287,9 @@ class WorkerSupervisor:
         """Run ``cells`` (each worker gets every group left); returns the number of worker restarts."""
         pending = [c.cell_id for c in cells]
         restarts = 0
-        attempt = 0
         while pending:
-            attempt += 1
             groups = self.env_plan.groups([self.cells[cid] for cid in pending])
-            done, _ = self._run_worker(groups, attempt)
+            done, _ = self._run_worker(groups, next(_WORKER_SEQ))
             pending = [cid for cid in pending if cid not in done]
             if pending:
                 restarts += 1
@@ -312,8 +309,6 @@ class WorkerSupervisor:
             if first is None:
                 return
             groups = [first] if pull else [first, *self.work.take_all()]
-            with self.work.lock:
-                self.work.active += 1
             self._state = None
             try:
                 done, handed = self._run_worker(groups, next(_WORKER_SEQ), feed=self.work.take if pull else None)
@@ -324,9 +319,6 @@ class WorkerSupervisor:
                 handed = list(state.groups.values()) if state else groups
                 self.work.give_back(self._unfinished(handed, state.done if state else set()))
                 raise
-            finally:
-                with self.work.lock:
-                    self.work.active -= 1
             self.work.give_back(self._unfinished(handed, done))
 
     def _unfinished(self, groups: list[ExportGroup], done: set[str]) -> list[ExportGroup]:

@@ -26,6 +26,7 @@ import re
 import signal
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -242,7 +243,10 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
             with logs.block(group.gid, log_path):
                 ctx.prepare()
                 if spool and ctx.failure is None:
-                    spool_group(ctx, versions["torch"])
+                    try:
+                        spool_group(ctx, versions["torch"])
+                    except Exception:  # noqa: BLE001 - the latency phase fails these cells, naming it
+                        traceback.print_exc()
             for cell in group.cells:
                 emit({"event": "cell_start", "cell_id": cell.cell_id})
                 with logs.block(group.gid, log_path):
