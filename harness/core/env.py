@@ -29,6 +29,18 @@ class EnvSpec:
                            "extra": self.extra_index_urls}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
+    def index_args(self) -> list[str]:
+        """uv's index flags for this environment: the install and its up-front resolution use
+        the same ones, so a resolution says what the install will find."""
+        args: list[str] = []
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        return args
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "torch": self.torch, "python": self.python, "family": self.family,
                 "packages": self.packages, "runtimes": self.runtimes, "spec_hash": self.spec_hash}

@@ -64,13 +64,8 @@ def _blamed(message: str, spec: EnvSpec) -> str | None:
 
 def resolve_spec(spec: EnvSpec) -> Unresolvable | None:
     """Resolve one environment's requirements with uv, as its install would; None when it resolves."""
-    args = ["pip", "compile", "-", "--python-version", spec.python, "--no-header", "--quiet"]
-    for link in spec.find_links:
-        args += ["--find-links", link]
-    if spec.index_url:
-        args += ["--index-url", spec.index_url]
-    for url in spec.extra_index_urls:
-        args += ["--extra-index-url", url]
+    args = ["pip", "compile", "-", "--python-version", spec.python, "--no-header", "--quiet",
+            *spec.index_args()]
     try:
         proc = _uv(args, stdin="\n".join(spec.packages) + "\n")
     except subprocess.TimeoutExpired:

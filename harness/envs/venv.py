@@ -64,13 +64,7 @@ class VenvProvider:
         t0 = time.perf_counter()
         uv = uv_bin()
         self._run([uv, "venv", "--quiet", "--python", spec.python, str(target)], spec)
-        cmd = [uv, "pip", "install", "--python", str(self.python(spec)), *spec.packages]
-        for link in spec.find_links:
-            cmd += ["--find-links", link]
-        if spec.index_url:
-            cmd += ["--index-url", spec.index_url]
-        for url in spec.extra_index_urls:
-            cmd += ["--extra-index-url", url]
+        cmd = [uv, "pip", "install", "--python", str(self.python(spec)), *spec.packages, *spec.index_args()]
         self._run(cmd, spec)
         freeze = self._run([uv, "pip", "freeze", "--python", str(self.python(spec))], spec)
         marker = EnvMarker.for_spec(spec, installed=freeze.split(),

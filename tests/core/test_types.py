@@ -116,3 +116,11 @@ def test_case_ref_rejects(bad):
     with pytest.raises(ValueError):
         CaseRef.parse(bad)
     assert CaseRef.try_parse(bad) is None
+
+
+def test_env_index_args_carry_every_index_setting():
+    spec = EnvSpec("e", "2.13.0", "3.11", "cpu", ["torch==2.13.0"], ["ort-cpu"], find_links=["/w"],
+                   index_url="https://i/simple", extra_index_urls=["https://x/simple"])
+    assert spec.index_args() == ["--find-links", "/w", "--index-url", "https://i/simple",
+                                 "--extra-index-url", "https://x/simple"]
+    assert EnvSpec("e", "2.13.0", "3.11", "cpu", [], []).index_args() == []
