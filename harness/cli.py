@@ -179,11 +179,24 @@ def cmd_reduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _share(text: str) -> float:
+    """A share given as 0.9 or 90%: between 0 and 1."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share such as 0.9 or 90% (got {text!r})") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, or 0% and 100% (got {text!r})")
+    return value
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from harness.gate.compare import Settings
     from harness.gate.main import GateRequest, run_gate
 
-    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()))
+    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()),
+                        args.min_compared)
     return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
                                 args.provider, settings, args.remeasure))
 
@@ -387,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remeasure", type=int, default=2, metavar="N",
                    help="fresh processes per side to re-measure cells flagged slower (default 2; "
                         "0: count the first measurement)")
+    p.add_argument("--min-compared", type=_share, default=1.0, metavar="SHARE",
+                   help="share of the cells on both sides (not skipped on both) that must be compared, "
+                        "as 0.9 or 90%% (default 100%%); below it the gate exits 2: it cannot tell")
     _store_option(p)
     p.set_defaults(func=cmd_gate)
 

@@ -105,6 +105,7 @@ class ExportGroup:
     atol: float | None = None
     rtol: float | None = None
     cells: tuple[CellJob, ...] = ()
+    data_files: tuple[str, ...] = ()   # files the case reads, declared in matrix.yaml (paths, globs)
 
     def key(self, cell: CellJob) -> CellKey:
         return CellKey(self.case, self.exporter, int(self.opset), cell.runtime, self.options)
@@ -115,7 +116,8 @@ class ExportGroup:
 
     def to_dict(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "options": self.options.to_dict(), "cells": [asdict(c) for c in self.cells]}
+                "options": self.options.to_dict(), "cells": [asdict(c) for c in self.cells],
+                "data_files": list(self.data_files)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ExportGroup":
@@ -123,6 +125,7 @@ class ExportGroup:
         known["options"] = ExportOptions.from_dict(data.get("options"))
         known["cells"] = tuple(CellJob.from_dict(c) for c in data.get("cells", []))
         known["opset"] = int(known["opset"])
+        known["data_files"] = tuple(data.get("data_files") or ())
         return cls(**known)
 
 

@@ -165,6 +165,10 @@ class Record:
     # (null: never reused), and the run that produced it when it was taken from the store.
     cache_key: str | None = None
     cached_from: str | None = None
+    # Every file the case loaded from outside the environment's packages (harness.run.loaded):
+    # name (relative to the matrix file's folder where inside it) → content hash. A stored cell
+    # stands for a new one only while each is unchanged (harness.core.files).
+    case_files: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -245,6 +249,8 @@ _OPTIONAL = {
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
     "duration_s": _OPT_OBJ, "graph": _OPT_OBJ,
+    "case_files": (lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
     "notes": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
               "a list of strings"),
 }
@@ -284,7 +290,7 @@ def _validate(data: dict[str, Any]) -> None:
         _check(data["parity"], _PARITY, "parity.")
     if isinstance(data.get("latency_ms"), dict):
         _check(data["latency_ms"], _LATENCY, "latency_ms.")
-    for key in ("options", "parity", "latency_ms", "versions", "duration_s", "graph", "notes"):
+    for key in ("options", "parity", "latency_ms", "versions", "duration_s", "graph", "notes", "case_files"):
         if data.get(key) is None:
             data.pop(key, None)   # null means "absent": the dataclass default
     if not data.get("cell_id"):

@@ -213,7 +213,7 @@ class Bisector:
                 # Stored results count only from the very environment planned now (its name hashes
                 # every pin): a release retried after a companion pin changed is run again.
                 env_of = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-                stored, _ = stored_records(plan, self.current, self.reports)
+                stored, _ = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent)
                 found = {r.key: r for r in stored if r.env == env_of.get(r.cell_id)}
                 missing = {c.cell_id for c in plan.cells if c.key not in found}
                 if missing:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.core.cell import CellKey
+from harness.core.files import differing_case_files
 from harness.core.record import Record
 from harness.core.status import Status
 from harness.gate.sources import Side
@@ -63,6 +64,9 @@ class Settings:
     alpha: float = DEFAULT_ALPHA
     parity_factor: float = DEFAULT_PARITY_FACTOR
     block_on: tuple[str, ...] = ()     # graph drift that blocks: "io" (input/output names, dynamic dims)
+    # The share of the expected cells (see ``Coverage``) that must be compared for the gate to
+    # say anything; below it the gate exits 2 ("cannot tell"), never 0.
+    min_compared: float = 1.0
 
 
 @dataclass
@@ -178,6 +182,11 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
     if code_match is False:
         return CellComparison(key, Verdict.NOT_COMPARABLE, base, cand,
                               "case source or harness code differs between the two runs")
+    differing = differing_case_files(base.case_files, cand.case_files)
+    if differing:
+        more = f" and {len(differing) - 3} more" if len(differing) > 3 else ""
+        return CellComparison(key, Verdict.NOT_COMPARABLE, base, cand,
+                              f"files the case loaded differ between the two runs: {', '.join(differing[:3])}{more}")
     decided = compare_statuses(base, cand)
     if decided is not None:
         return CellComparison(key, decided[0], base, cand, decided[1])
@@ -219,3 +228,56 @@ def block_on_drift(cell: CellComparison, settings: Settings) -> None:
     if "io" in settings.block_on and drift is not None and drift.io_changed and cell.verdict in _WORKED:
         io = [p for p in drift.parts() if p.startswith(("inputs", "outputs")) or " dims " in p]
         cell.verdict, cell.detail = Verdict.INTERFACE_CHANGE, "; ".join(io)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the comparison the gate could make.
+
+    Expected: every cell the baseline has that the candidate planned (a cell on both sides),
+    less the cells skipped on both sides (they run on neither: a GPU cell on a CPU machine).
+    Compared: the expected cells with any verdict but "not comparable". A gate that compared
+    nothing, or less than ``Settings.min_compared`` of the expected cells, cannot say "no
+    regression"."""
+
+    compared: int
+    expected: int
+    skipped_both: int
+    why_not: dict[str, int]           # reason → cells of the expected ones not compared
+
+    @classmethod
+    def of(cls, cells: list[CellComparison]) -> "Coverage":
+        both = [c for c in cells if c.base is not None and c.cand is not None]
+        skipped = [c for c in both if c.base.status is Status.SKIP and c.cand.status is Status.SKIP]
+        expected = [c for c in both if c not in skipped]
+        missing = [c for c in expected if c.verdict is Verdict.NOT_COMPARABLE]
+        why: dict[str, int] = {}
+        for c in missing:
+            reason = c.detail.split(":", 1)[0] if c.detail else "not comparable"
+            why[reason] = why.get(reason, 0) + 1
+        return cls(len(expected) - len(missing), len(expected), len(skipped), why)
+
+    @property
+    def share(self) -> float:
+        return self.compared / self.expected if self.expected else 0.0
+
+    def problem(self, min_share: float) -> str | None:
+        """Why the gate cannot tell (exit 2), or None when enough cells were compared."""
+        if self.compared == 0:
+            if not self.expected:
+                return ("no cell was comparable: the two sides have no cell in common that ran on "
+                        f"either side ({self.skipped_both} skipped on both)")
+            return f"no cell was comparable: {self.reasons()}"
+        if self.share + 1e-12 < min_share:
+            return (f"only {self.compared} of {self.expected} cells were compared "
+                    f"({self.share:.0%}, --min-compared {min_share:.0%}): {self.reasons()}")
+        return None
+
+    def reasons(self) -> str:
+        missing = self.expected - self.compared
+        parts = ", ".join(f"{n} {why}" for why, n in sorted(self.why_not.items(), key=lambda kv: -kv[1]))
+        return f"{missing} of {self.expected} not comparable ({parts})" if missing else "all compared"
+
+    def summary(self) -> str:
+        extra = f"; {self.skipped_both} skipped on both sides" if self.skipped_both else ""
+        return f"{self.compared} of {self.expected} cells compared{extra}"

@@ -20,7 +20,7 @@ from rich.console import Console
 from harness.core.cell import CellKey
 from harness.core.record import Record, read_records
 from harness.core.status import Status
-from harness.gate.compare import CellComparison, Settings, Verdict, compare_sides
+from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, compare_sides
 from harness.gate.output import write_outputs
 from harness.gate.sources import (
     PendingSide,
@@ -63,6 +63,8 @@ def check_settings(settings: Settings, remeasure: int) -> None:
         raise ConfigError(f"--remeasure must be >= 0 (got {remeasure})")
     if not settings.parity_factor >= 0:
         raise ConfigError(f"--parity-factor must be >= 0 (got {settings.parity_factor})")
+    if not 0 <= settings.min_compared <= 1:
+        raise ConfigError(f"--min-compared must be between 0 and 1 (got {settings.min_compared})")
 
 
 def remeasure_side(side: Side, keys: set[CellKey], matrix: Matrix, req: GateRequest, out: Path,
@@ -170,8 +172,14 @@ def run_gate(req: GateRequest) -> int:
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
     remeasure(cells, base, cand, matrix, req, out, current)
-    code = 1 if any(c.verdict.blocking for c in cells) else 0
-    md = write_outputs(out, base, cand, cells, req.settings, code, current)
+    coverage = Coverage.of(cells)
+    problem = coverage.problem(req.settings.min_compared)
+    # A regression among the compared cells is one whatever else is missing; without one, a gate
+    # that compared too little cannot tell (2), never "no regression" (0).
+    code = 1 if any(c.verdict.blocking for c in cells) else 2 if problem else 0
+    md = write_outputs(out, base, cand, cells, req.settings, code, current, coverage)
     print(md)
     print(f"gate reports: {out}")
+    if problem:
+        console.print(f"gate: cannot tell: {problem}", markup=False, highlight=False)
     return code

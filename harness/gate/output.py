@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from harness.gate.compare import CellComparison, Settings, Verdict
+from harness.gate.compare import CellComparison, Coverage, Settings, Verdict
 from harness.gate.sources import Side
 from harness.report.text import md_code, md_text
 
@@ -49,13 +49,17 @@ def xml_text(value: Any) -> str:
                                        else f"\\u{ord(m.group()):04x}"), text)
 
 
-def render_markdown(base: Side, cand: Side, cells: list[CellComparison], settings: Settings) -> str:
+def render_markdown(base: Side, cand: Side, cells: list[CellComparison], settings: Settings,
+                    coverage: Coverage | None = None) -> str:
     regressions = [c for c in cells if c.verdict.blocking]
     counts = {v: sum(1 for c in cells if c.verdict is v) for v in Verdict}
+    coverage = coverage or Coverage.of(cells)
+    problem = coverage.problem(settings.min_compared)
     head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
-            else "✅ no regression")
+            else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
     lines = [f"## Upgrade gate: torch {md_text(base.torch)} → {md_text(cand.torch)}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
+    lines.append(f"Compared: {coverage.summary()}" + (f" ({md_text(problem)})" if problem and regressions else "") + ".")
     cleared = [(None, "Flagged slower, cleared by re-measurement")]
     for verdict, title in SECTIONS + cleared:
         chosen = [c for c in cells if c.verdict is verdict or
@@ -132,7 +136,7 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
 
 
 def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: Settings,
-                exit_code: int, current: dict[str, Any]) -> str:
+                exit_code: int, current: dict[str, Any], coverage: Coverage | None = None) -> str:
     def side(s: Side) -> dict[str, Any]:
         return {"ref": s.label, "torch": s.torch, "runs": s.runs, "executed": s.executed,
                 "fingerprints": s.fingerprints}
@@ -142,19 +146,28 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
         "settings": {"latency_threshold": settings.latency_threshold, "alpha": settings.alpha,
                      "parity_factor": settings.parity_factor, "block_on": list(settings.block_on)},
         "fingerprint": current, "exit_code": exit_code,
+        "coverage": _coverage_dict(coverage or Coverage.of(cells), settings),
         "counts": {v.value: sum(1 for c in cells if c.verdict is v) for v in Verdict},
         "cells": [c.to_dict() for c in cells],
     }
     return json.dumps(data, indent=2, default=str) + "\n"
 
 
+def _coverage_dict(coverage: Coverage, settings: Settings) -> dict[str, Any]:
+    return {"compared": coverage.compared, "expected": coverage.expected,
+            "skipped_both": coverage.skipped_both, "not_compared": coverage.why_not,
+            "min_compared": settings.min_compared, "problem": coverage.problem(settings.min_compared)}
+
+
 def write_outputs(out: Path, base: Side, cand: Side, cells: list[CellComparison],
-                  settings: Settings, exit_code: int, current: dict[str, Any]) -> str:
+                  settings: Settings, exit_code: int, current: dict[str, Any],
+                  coverage: Coverage | None = None) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    md = render_markdown(base, cand, cells, settings)
+    coverage = coverage or Coverage.of(cells)
+    md = render_markdown(base, cand, cells, settings, coverage)
     (out / "gate.md").write_text(md, encoding="utf-8")
     (out / "junit.xml").write_text(render_junit(base, cand, cells), encoding="utf-8")
-    (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current),
+    (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current, coverage),
                                    encoding="utf-8")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

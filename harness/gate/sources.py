@@ -2,7 +2,8 @@
 version, whose cells are taken from stored finished runs with the same code and run where missing.
 
 Stored results are reused only when the case source file and the harness version that produced
-them are the ones checked out now (the fingerprint), so a gate never compares different cases.
+them are the ones checked out now (the fingerprint), and every file the case loaded when it ran
+(the record's ``case_files``) is unchanged, so a gate never compares different cases.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.files import changed_case_files
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
 from harness.envs.provider import EnvironmentBuildError
@@ -67,6 +69,9 @@ def side_from_run(ref: str, reports: Path) -> Side:
     run_ref, _, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
     run_dir = resolve_run(run_ref, reports)
     meta, records = load_run(run_dir)
+    if not meta.finished:
+        raise ConfigError(f"run {meta.run_id} is not finished (still being written, or interrupted: "
+                          "finish it with --resume): the gate compares finished runs only")
     versions = sorted({r.torch for r in records})
     if version:
         if version not in versions:
@@ -108,9 +113,11 @@ def check_environments(sides: dict[str, Side]) -> None:
                                  "reused: fix the environment and run the gate again)")
 
 
-def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[list[Record], dict[str, dict]]:
-    """Newest finished result per planned cell among stored runs produced by the same code
-    (records of environments that could not be built are skipped: those cells run again)."""
+def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
+                   base_dir: Path | str = ".") -> tuple[list[Record], dict[str, dict]]:
+    """Newest finished result per planned cell among stored runs produced by the same code and
+    whose case files (relative names resolved against ``base_dir``, the matrix file's folder) are
+    unchanged; records of environments that could not be built are skipped: those cells run again."""
     wanted = {c.cell_id for c in plan.cells}
     found: dict[str, Record] = {}
     prints: dict[str, dict] = {}
@@ -128,7 +135,8 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path) -> tuple[
         for rec in records:
             if is_environment_failure(rec):
                 continue
-            if rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case):
+            if (rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case)
+                    and not changed_case_files(rec.case_files, base_dir)):
                 found[rec.cell_id] = rec
                 prints[rec.run_id] = fp
     return list(found.values()), prints
@@ -160,7 +168,7 @@ def plan_version_side(version: str, matrix: Matrix, config_path: Path, reports: 
     restricted, plan = version_plan(matrix, version)
     if not plan.cells:
         raise ConfigError(f"{config_path}: no cells for torch {version} (check exclude/include)")
-    records, prints = stored_records(plan, current, reports)
+    records, prints = stored_records(plan, current, reports, config_path.resolve().parent)
     side = Side(version, version, records, sorted(prints), prints)
     missing = {c.cell_id for c in plan.cells} - {r.cell_id for r in records}
     return PendingSide(side, restricted, plan.restricted(missing))

@@ -179,6 +179,9 @@ class CaseEntry(_Strict):
     name: str | None = Field(None, min_length=1)
     atol: Tolerance | None = None
     rtol: Tolerance | None = None
+    # Files the case reads that it does not import (weights, configs, vocabularies): paths or
+    # globs relative to the matrix file; part of the case's identity for the cache and the gate.
+    data_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -519,6 +522,9 @@ def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
     for key in _SCHEDULING_KEYS:
         data.pop(key, None)
+    for case in data.get("cases", []):
+        if not case.get("data_files"):
+            case.pop("data_files", None)   # added later: counts only when set
     for path, default in _LATER_DEFAULTS.items():
         *parents, last = path
         node = data

@@ -25,6 +25,7 @@ class Cell:
     case_ref: str
     atol: float | None = None
     rtol: float | None = None
+    data_files: tuple[str, ...] = ()
 
     @property
     def cell_id(self) -> str:
@@ -58,7 +59,7 @@ class EnvPlan:
             groups.append(ExportGroup(
                 gid=safe_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
                 case=c.key.case, case_ref=c.case_ref, exporter=c.key.exporter, opset=c.key.opset,
-                options=c.key.options, atol=c.atol, rtol=c.rtol,
+                options=c.key.options, atol=c.atol, rtol=c.rtol, data_files=c.data_files,
                 cells=tuple(CellJob(m.cell_id, m.key.runtime, m.runtime_name,
                                     self.env.runtime_options.get(m.key.runtime, {}))
                             for m in members)))
@@ -119,7 +120,7 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
                                 precision=str(c["precision"]), dim_policy=policy or None)
         key = CellKey(case.label, c["exporter"], int(c["opset"]), r.label, options)
         cell = Cell(key=key, torch=t.version, runtime_name=r.name, case_ref=case.target,
-                    atol=case.atol, rtol=case.rtol)
+                    atol=case.atol, rtol=case.rtol, data_files=tuple(case.data_files))
         if cell.cell_id in seen:
             continue
         if any(matches(rule, cell.axes) for rule in matrix.exclude):

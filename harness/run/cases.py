@@ -47,6 +47,8 @@ class CaseSpec:
     was_training: bool = False
     # How dynamic_dims reach torch.onnx.export: "dict" (named axes) or "list" (dim indices).
     dynamic_axes_style: str = "dict"
+    # Files the case function declares it reads (``fn.data_files``), as existing paths.
+    data_files: tuple[str, ...] = ()
 
     @property
     def inputs(self) -> tuple:
@@ -115,7 +117,24 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
         rtol=rtol if rtol is not None else getattr(fn, "rtol", DEFAULT_RTOL),
         was_training=was_training,
         dynamic_axes_style=getattr(fn, "dynamic_axes_style", "dict"),
+        data_files=declared_files(fn),
     )
+
+
+def declared_files(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """``fn.data_files`` (paths or globs, relative to the file defining the case) as paths."""
+    import inspect
+
+    from harness.run.loaded import expand_declared
+
+    declared = getattr(fn, "data_files", None) or ()
+    if isinstance(declared, (str, Path)):
+        declared = (declared,)
+    try:
+        base = Path(inspect.getfile(fn)).resolve().parent
+    except (TypeError, OSError):
+        base = Path.cwd()
+    return tuple(expand_declared([str(p) for p in declared], base))
 
 
 _SHAPES = ("(model, args[, dynamic_dims[, second_inputs]]), (model, {keyword: input}[, ...]) or "

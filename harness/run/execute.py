@@ -491,7 +491,13 @@ class Scheduler:
             self.meta.write(self.run_dir)
         keys = {c.cell_id: self.key_context.key(c, env, marker) for c in cells}
         self.recorder.keys.update(keys)
-        hits = self.cache.lookup({cid: k for cid, k in keys.items() if k}) if self.cache else {}
+        hits = (self.cache.lookup({cid: k for cid, k in keys.items() if k}, self.job.base_dir)
+                if self.cache else {})
+        if self.cache and self.cache.stale:
+            changed = sorted({f for files in self.cache.stale.values() for f in files})
+            console.print(f"{env.name}: {len(self.cache.stale)} stored cell(s) run again: files their case "
+                          f"loaded changed ({', '.join(changed[:5])}{' …' if len(changed) > 5 else ''})",
+                          markup=False, highlight=False)
         if self.fresh == FRESH_LATENCY:   # passing cells run again, for a fresh timing
             hits = {cid: h for cid, h in hits.items() if h[0].status not in (Status.PASS, Status.XPASS)}
         self.recorder.from_store([adopt(rec, source, self.meta.run_id, self.run_dir)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
 from harness.core.status import Status
 from harness.run.bundle import write_bundle
+from harness.run.loaded import CaseFiles, expand_declared
 from harness.run.stages import (
     GroupContext,
     package_versions,
@@ -234,6 +235,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
     # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
     spool = job.phase == PHASE_VERDICTS and job.latency.enabled
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
+        loaded = CaseFiles(exclude=[run_dir, tmp])
         for group in _groups(job, feed):
             emit({"event": "group_start", "gid": group.gid})
             log_path = log_dir / f"{group.gid}.log"
@@ -241,7 +243,9 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
             workdir.mkdir(parents=True, exist_ok=True)
             ctx = GroupContext(job, group, workdir)
             with logs.block(group.gid, log_path):
-                ctx.prepare()
+                with loaded.watch():
+                    ctx.prepare()
+                case_files = group_case_files(loaded, ctx, job)
                 if spool and ctx.failure is None:
                     try:
                         spool_group(ctx, versions["torch"])
@@ -253,6 +257,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                     print(f"=== cell {cell.cell_id} ===", flush=True)
                     rec = run_cell(ctx, cell, versions)
                     rec.log = str(log_path)
+                    rec.case_files = dict(case_files)
                     if rec.status is Status.FAIL and job.bundles:
                         logs.cap(log_path)
                         write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
@@ -260,6 +265,18 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
             if not spool:
                 for p in Path(tmp).glob(f"{group.gid}.onnx*"):
                     p.unlink()
+
+
+def group_case_files(loaded: CaseFiles, ctx: GroupContext, job: Job) -> dict[str, str]:
+    """The record's ``case_files``: what the case's stages loaded, and the files it declares."""
+    base = Path(job.base_dir)
+    declared = expand_declared(ctx.group.data_files, base)
+    declared += list(getattr(ctx.spec, "data_files", ()) or ())
+    try:
+        return loaded.digests(base, declared)
+    except Exception:  # noqa: BLE001 - never lose a cell over its bookkeeping; it is not reused
+        traceback.print_exc()
+        return {"<unreadable>": "?"}
 
 
 def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:

@@ -4,13 +4,20 @@ A cell's key (``KeyContext.key``) is a digest of everything that decides its rec
 
 - the environment's exact installed package set (``EnvMarker.lock_hash``: a new torch nightly,
   an onnx bump, anything the resolver picked differently changes it), its Python and provider;
-- the case: its label and reference, the hash of its source file (``provenance.fingerprint``),
-  and the matrix's tolerances for it;
+- the case: its label and reference, the hash of its source file and of the data files its matrix
+  entry declares (``provenance.fingerprint``), and the matrix's tolerances for it;
 - the harness: its version and the hash of the code that decides results (``core/``, ``run/``,
   ``runtimes/``), so an edited harness never serves results of the old code;
 - the cell: id (torch, exporter, opset, options, runtime label), export options, the runtime's
   options;
 - the matrix's latency protocol and threads.
+
+A key is known before the cell runs, but what a case imports and opens is only known after: the
+record keeps every file its stages loaded (``case_files``, recorded by the worker), and a lookup
+takes a stored record only while each of those files still has its recorded content
+(``harness.core.files.changed_case_files``). An edited helper module, model package, config or
+weights file in the repository re-runs the cell; so does a comment-only edit of any of them
+(files are compared by content, not by meaning).
 
 The runner stores a reusable record's key in the record itself (``cache_key``; crashes,
 timeouts, memory kills and environment failures get none: they say nothing lasting about the
@@ -39,6 +46,7 @@ from filelock import FileLock
 
 from harness import __version__
 from harness.core.env import EnvMarker, EnvSpec
+from harness.core.files import changed_case_files
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
 from harness.store.runs import (
@@ -61,6 +69,9 @@ INDEX_SCHEMA = 1
 # environment failures are crashes) are never reused.
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.XFAIL, Status.XPASS})
 NOTE_PREFIX = "taken from run "
+# What a key covers, versioned: 2 added the record's case files (keys of records that did not
+# have them never match again, so such records run once more).
+KEY_VERSION = 2
 
 
 def _warn(message: str) -> None:
@@ -93,6 +104,7 @@ class KeyContext:
         if not case_hash or not self.code or not marker.installed:
             return None
         return cell_key({
+            "key_version": KEY_VERSION,
             "cell_id": cell.cell_id, "case": cell.key.case, "case_ref": cell.case_ref,
             "case_source": case_hash, "atol": cell.atol, "rtol": cell.rtol,
             "exporter": cell.key.exporter, "opset": cell.key.opset,
@@ -181,8 +193,9 @@ def adopt(rec: Record, source_dir: Path, run_id: str, run_dir: Path) -> Record:
         rec.bundle = str(new)
     rec = unannotated(rec)
     rec.notes = [n for n in rec.notes if not n.startswith(NOTE_PREFIX)]
-    rec.notes.append(f"{NOTE_PREFIX}{origin}: unchanged installed packages, case source, harness, "
-                     "options, runtime and latency protocol (--fresh runs it again)")
+    rec.notes.append(f"{NOTE_PREFIX}{origin}: unchanged installed packages, case source and the "
+                     f"{len(rec.case_files)} file(s) the case loaded, harness, options, runtime and "
+                     "latency protocol (--fresh runs it again)")
     rec.run_id, rec.cached_from = run_id, origin
     return rec
 
@@ -195,6 +208,7 @@ class CellCache:
         self.path = self.reports / INDEX_FILE
         self.warn = warn
         self._runs: dict[str, dict[str, Record] | None] = {}   # read once per lookup session
+        self.stale: dict[str, list[str]] = {}   # cell id → its case files changed since (last lookup)
 
     # -- the index --------------------------------------------------------------------------
     def _read(self) -> dict[str, dict[str, str]] | None:
@@ -274,9 +288,12 @@ class CellCache:
         return len(mine)
 
     # -- lookups ----------------------------------------------------------------------------
-    def lookup(self, wanted: dict[str, str]) -> dict[str, tuple[Record, Path]]:
-        """For each wanted cell id → key, the stored record with that key and its run directory.
-        A run that cannot be read is skipped with a warning (its cells run again)."""
+    def lookup(self, wanted: dict[str, str], base_dir: Path | str = ".") -> dict[str, tuple[Record, Path]]:
+        """For each wanted cell id → key, the stored record with that key and its run directory,
+        if every file its case loaded is unchanged (relative names resolved against ``base_dir``,
+        the matrix file's folder; the cells whose files changed are in ``stale``). A run that
+        cannot be read is skipped with a warning (its cells run again)."""
+        self.stale = {}
         if not wanted:
             return {}
         keys = self.index()
@@ -292,6 +309,10 @@ class CellCache:
             for cid, key in cells.items():
                 rec = by_id.get(cid) if by_id else None
                 if rec is not None and rec.cache_key == key and reusable(rec):
+                    changed = changed_case_files(rec.case_files, base_dir)
+                    if changed:
+                        self.stale[cid] = changed
+                        continue
                     hits[cid] = (copy.copy(rec), run_dir)   # adopt rebinds fields, never mutates them
         return hits
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import __version__
 from harness.core.cell import CaseRef
+from harness.core.files import expand_declared
 from harness.core.paths import HARNESS_DIR
 from harness.core.run import RunMeta
 from harness.probes import PROBES
@@ -47,12 +48,16 @@ def case_source(ref: str, base_dir: Path) -> Path | None:
 
 
 def fingerprint(matrix: "Matrix", config_path: Path) -> dict[str, Any]:
-    """Harness version, a hash per case source file, and (for diagnosis) of the result code."""
+    """Harness version, a hash per case (its source file and the data files its entry declares),
+    and (for diagnosis) of the result code. What a case imports or opens beyond these is only
+    known once it ran: each record's ``case_files`` (checked by the cache and the gate)."""
     code = [p for pattern in RESULT_CODE for p in HARNESS_DIR.glob(pattern)]
     cases = {}
+    base = config_path.resolve().parent
     for case in matrix.cases:
-        src = case_source(case.target, config_path.resolve().parent)
-        cases[case.label] = _sha([src]) if src else None
+        src = case_source(case.target, base)
+        declared = [Path(p) for p in expand_declared(getattr(case, "data_files", []) or [], base)]
+        cases[case.label] = _sha([src, *declared]) if src else None
     return {"harness": __version__, "code": _sha(code), "cases": cases}
 
 

@@ -182,3 +182,36 @@ def test_adopt_links_the_log_and_bundle_into_the_new_run(tmp_path):
     assert open(new.log).read() == "Traceback ...\n"
     assert new.bundle == str(new_dir / "bundles" / cell.cell_id) and (new_dir / "bundles" / cell.cell_id / "cell.json").exists()
     assert str(old) not in new.repro and new.bundle in new.repro
+
+
+def test_a_changed_file_the_case_loaded_is_a_miss_and_an_unchanged_one_a_hit(tmp_path):
+    """The key is known before the cell runs; what the case imported or opened only after: a
+    stored record stands for the cell only while every file in its ``case_files`` is unchanged."""
+    from harness.core.files import file_digest
+
+    reports = tmp_path / "reports"
+    helper, weights = tmp_path / "helper.py", tmp_path / "data" / "w.bin"
+    helper.write_text("SCALE = 2\n")
+    weights.parent.mkdir()
+    weights.write_bytes(b"\x00" * 16)
+    cell, k = key(tmp_path)
+    files = {"helper.py": file_digest(helper), "data/w.bin": file_digest(weights)}
+    store_run(reports, "20260101-000000-aaaaaa", [stored(cell, k, case_files=files)])
+    cache = CellCache(reports)
+    assert set(cache.lookup({cell.cell_id: k}, tmp_path)) == {cell.cell_id} and not cache.stale
+    helper.write_text("SCALE = 2  # a comment changes the bytes too\n")
+    assert CellCache(reports).lookup({cell.cell_id: k}, tmp_path) == {}
+    helper.write_text("SCALE = 2\n")
+    weights.unlink()                      # a file that is gone counts as changed
+    cache = CellCache(reports)
+    assert cache.lookup({cell.cell_id: k}, tmp_path) == {}
+    assert cache.stale == {cell.cell_id: ["data/w.bin"]}
+
+
+def test_declared_data_files_are_part_of_the_key(tmp_path):
+    (tmp_path / "vocab.txt").write_text("a b c\n")
+    cell, before = key(tmp_path, cases=[{"target": "cases.py:tiny", "data_files": ["*.txt"]}])
+    (tmp_path / "vocab.txt").write_text("a b c d\n")
+    _, after = key(tmp_path, cases=[{"target": "cases.py:tiny", "data_files": ["*.txt"]}])
+    _, undeclared = key(tmp_path)
+    assert before and after and before != after and undeclared not in (before, after)
