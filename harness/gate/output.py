@@ -59,7 +59,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
     lines = [f"## Upgrade gate: torch {md_text(base.torch)} → {md_text(cand.torch)}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
-    lines.append(f"Compared: {coverage.summary()}" + (f" ({md_text(problem)})" if problem and regressions else "") + ".")
+    lines += ["", f"**{coverage.summary()}**" + (f" ({md_text(problem)})" if problem and regressions else "")]
     cleared = [(None, "Flagged slower, cleared by re-measurement")]
     for verdict, title in SECTIONS + cleared:
         chosen = [c for c in cells if c.verdict is verdict or
