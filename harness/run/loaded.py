@@ -8,7 +8,7 @@ every file opened for reading (``open``, ``io.open``, ``numpy.load``, ``torch.lo
 standard library), the harness's result code (``core/``, ``run/``, ``runtimes/``: keyed by its own
 hash), the run directory, the export's own folder and ``/proc``,
 ``/sys``, ``/dev``, and files the watched code opened for writing itself (an exported file read
-back, a cache it filled) are not the case's inputs and are left out. Declared files (``fn.data_files``
+back, a cache it filled) and bytecode caches (``__pycache__``: the source is the input) are not the case's inputs and are left out. Declared files (``fn.data_files``
 on the case function, ``data_files`` globs on the matrix entry) are always in.
 
 The set, with each file's content hash (``harness.core.files.file_digest``), is the record's
@@ -93,6 +93,8 @@ class CaseFiles:
             return None
         if real.startswith(self.roots) or not os.path.isfile(real):
             return None
+        if real.endswith((".pyc", ".pyo")) or f"{os.sep}__pycache__{os.sep}" in real:
+            return None   # bytecode the import system caches: its source file is the input
         return real
 
     def _input(self, path: str, written: set[str]) -> str | None:

@@ -63,7 +63,7 @@ def test_the_tracker_sees_imports_and_reads_but_not_the_environment_or_its_own_w
     files = loaded.digests(tmp_path)
     assert {"mymodels/__init__.py", "mymodels/layers.py", "config.json"} <= set(files)
     assert not {"written.onnx", "after.txt"} & set(files)
-    assert not any("email" in name or "site-packages" in name for name in files)
+    assert not any("email" in name or "site-packages" in name or "__pycache__" in name for name in files)
     assert files["config.json"] == file_digest(config)
     for name in ("mymodels.layers", "mymodels"):
         sys.modules.pop(name, None)
