@@ -165,6 +165,6 @@ def test_the_scan_catches_a_wrong_command_or_option(tmp_path):
                    "```\npython -m harness frobnicate\ntorch-onnx-matrix gate --from-deps origin/main\n```\n")
     count, problems = _command_problems([bad])
     assert count == 4
-    assert problems == ["bad.md: `matrix --no-such-option`: no such option",
-                        "bad.md: `plan --nope`: no such option",
-                        "bad.md: `python frobnicate`: no such subcommand"], problems
+    assert sorted(problems) == ["bad.md: `matrix --no-such-option`: no such option",
+                                "bad.md: `plan --nope`: no such option",
+                                "bad.md: `python frobnicate`: no such subcommand"], problems

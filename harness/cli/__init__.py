@@ -77,10 +77,10 @@ def _print_plan(plan: Any, out: Any) -> None:
 def _plan_args(args: argparse.Namespace) -> list[str]:
     """The arguments that decide the plan, as a shard job passes them (--config relative to the
     checkout when it lies inside it, so a job in another checkout or an image finds it)."""
-    from harness.core.paths import PROJECT_ROOT
+    from harness.core.paths import WORKSPACE
 
     config = args.config.resolve()
-    out = ["--config", str(config.relative_to(PROJECT_ROOT) if config.is_relative_to(PROJECT_ROOT) else config)]
+    out = ["--config", str(config.relative_to(WORKSPACE) if config.is_relative_to(WORKSPACE) else config)]
     if args.only:
         out += ["--only", args.only]
     if args.torch:
@@ -183,9 +183,45 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from harness.gate.compare import Settings
     from harness.gate.main import GateRequest, run_gate
 
+    baseline, candidate, config = args.baseline, args.candidate, args.config
+    if args.from_deps is not None:
+        if baseline or candidate:
+            raise ConfigError("gate: give --from-deps BASE_REF or --baseline/--candidate, not both")
+        from harness.gate.deps import gate_matrix, read_sides
+
+        sides = read_sides(args.from_deps, Path.cwd())
+        print(sides.describe())
+        if not sides.bump:
+            message = (f"torch is {sides.candidate.torch} on both sides ({args.from_deps} and this "
+                       "change): no torch bump, nothing to gate.")
+            print(message)
+            if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+                with open(summary, "a", encoding="utf-8") as fh:
+                    fh.write(f"## Upgrade gate\n\n{message}\n")
+            return 0
+        if args.output is None:
+            args.output = args.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        config = gate_matrix(sides, args.config, args.output)
+        baseline, candidate = sides.baseline.torch, sides.candidate.torch
+        from harness.matrix.deps import public
+
+        baseline, candidate = public(baseline), public(candidate)
+    elif not (baseline and candidate):
+        raise ConfigError("gate: expected --baseline and --candidate (or --from-deps BASE_REF)")
     settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()))
-    return run_gate(GateRequest(args.baseline, args.candidate, args.config, args.reports, args.output,
+    return run_gate(GateRequest(baseline, candidate, config, args.reports, args.output,
                                 args.provider, settings, args.remeasure))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """A starter matrix file and a gate workflow for the repository in the current directory."""
+    from harness.matrix.scaffold import write_scaffold
+
+    for line in write_scaffold(Path.cwd(), args.config.name if args.config else "matrix.yaml",
+                               args.tool, args.force):
+        print(line)
+    print("next: torch-onnx-matrix plan, then torch-onnx-matrix matrix")
+    return 0
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -273,7 +309,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _config(p: argparse.ArgumentParser, default: Path = DEFAULT_CONFIG, only: bool = True) -> None:
+def _config(p: argparse.ArgumentParser, default: Path | None = None, only: bool = True) -> None:
+    default = default or _WORKSPACE[0] / "matrix.yaml"
     p.add_argument("--config", type=Path, default=default, help=f"matrix file (default: {default.name})")
     if only:
         p.add_argument("--only", default=None,
@@ -297,14 +334,22 @@ def _store_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reports", type=Path, default=argparse.SUPPRESS, help="results store (default: reports/)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Where the default matrix file and store are (harness.core.paths): the checkout for
+# `python -m harness` there, the current directory for the installed command.
+_WORKSPACE = [DEFAULT_CONFIG.parent]
+
+
+def build_parser(workspace: Path | None = None) -> argparse.ArgumentParser:
+    if workspace is not None:
+        _WORKSPACE[0] = workspace
     from harness.checks import bench, gpu
     from harness.gate.compare import DEFAULT_PARITY_FACTOR
     from harness.gate.stats import DEFAULT_ALPHA, DEFAULT_RATIO
     from harness.matrix.engines import GPU_RUNNER, HOSTED_RUNNER
 
     parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
-    parser.add_argument("--reports", type=Path, default=REPORTS, help="results store (default: reports/)")
+    parser.add_argument("--reports", type=Path, default=_WORKSPACE[0] / "reports" if workspace else REPORTS,
+                        help="results store (default: reports/)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("matrix", help="run a matrix")
@@ -370,8 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("gate", help="compare a candidate torch against a baseline; exit 1 on regression")
-    p.add_argument("--baseline", required=True, help="torch version, run id/directory, or RUN@VERSION")
-    p.add_argument("--candidate", required=True, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--baseline", default=None, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--candidate", default=None, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--from-deps", default=None, metavar="BASE_REF",
+                   help="baseline: the torch the dependency files pin at this git ref (the target "
+                        "branch); candidate: the one the working tree pins (requirements*.txt, "
+                        "pyproject.toml, uv.lock, poetry.lock, Pipfile.lock); no bump: exit 0")
     _config(p, only=False)
     p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
     p.add_argument("--provider", choices=PROVIDERS, default="venv")
@@ -425,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     _shard_options(p)
     _store_option(p)
     p.set_defaults(func=cmd_images)
+
+    p = sub.add_parser("init", help="write a starter matrix and a gate workflow for this repository")
+    p.add_argument("--config", type=Path, default=None, help="name of the matrix file (default: matrix.yaml)")
+    p.add_argument("--tool", default="torch-onnx-matrix",
+                   help="what the workflow installs with pip (default: torch-onnx-matrix; a version or git URL)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("base-image", help="bootstrap the local base image for offline builds")
     p.add_argument("--name", default=None, help="image name (default: the one builds fall back to)")
@@ -490,8 +546,13 @@ def _say(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def console_main() -> int:
+    """The installed `torch-onnx-matrix` command: a matrix file and store in the current directory."""
+    return main(workspace=Path.cwd())
+
+
+def main(argv: list[str] | None = None, workspace: Path | None = None) -> int:
+    args = build_parser(workspace).parse_args(argv)
     _resolve_paths(args)
     gate = args.command == "gate"
     try:
