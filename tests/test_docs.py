@@ -26,7 +26,7 @@ PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 FOREIGN = {
     "--strict": "mkdocs build", "--offline": "zizmor", "--no-deps": "pip/uv", "--gpus": "docker",
     "--init": "docker", "--system-site-packages": "uv venv", "--python": "uv", "--extra-index-url": "pip",
-    "--index-url": "pip", "--find-links": "pip", "--from": "uvx",
+    "--index-url": "pip", "--find-links": "pip", "--from": "uvx", "--hash": "pip (requirements files)",
 }
 
 

@@ -59,7 +59,8 @@ def _int(node: ast.AST | None) -> int | None:
 
 
 def _example_input(cls: ast.ClassDef) -> tuple[str, str] | None:
-    """(inputs expression, dynamic dims) from the first layer built in ``__init__``."""
+    """(inputs expression, dynamic dims) from the first layer built in ``__init__``. Dynamic dims
+    get example sizes above 1: the dynamo exporter specialises a dim of size 0 or 1."""
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     if init is None:
         return None
@@ -75,11 +76,11 @@ def _example_input(cls: ast.ClassDef) -> tuple[str, str] | None:
         if name == "Linear":
             return f"(torch.randn(2, {first}),)", '{0: {0: "batch"}}'
         if name == "Conv1d":
-            return f"(torch.randn(1, {first}, 64),)", '{0: {0: "batch", 2: "length"}}'
+            return f"(torch.randn(2, {first}, 64),)", '{0: {0: "batch", 2: "length"}}'
         if name == "Conv2d":
-            return f"(torch.randn(1, {first}, 32, 32),)", '{0: {0: "batch", 2: "height", 3: "width"}}'
+            return f"(torch.randn(2, {first}, 32, 32),)", '{0: {0: "batch", 2: "height", 3: "width"}}'
         if name == "Conv3d":
-            return f"(torch.randn(1, {first}, 8, 16, 16),)", '{0: {0: "batch"}}'
+            return f"(torch.randn(2, {first}, 8, 16, 16),)", '{0: {0: "batch"}}'
         if name == "Embedding":
             return f"(torch.randint(0, {first}, (2, 16)),)", '{0: {0: "batch", 1: "seq"}}'
     return None
