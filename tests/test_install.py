@@ -61,6 +61,7 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.e2e
 def test_installed_command_init_and_plan(installed, tmp_path):
     tool = installed / "bin" / "torch-onnx-matrix"
     assert tool.exists()
