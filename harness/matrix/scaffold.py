@@ -183,4 +183,7 @@ def write_scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "to
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         out.append(f"wrote {path.relative_to(root)}")
+    ignore = root / ".gitignore"
+    if not (ignore.is_file() and any(line.strip().strip("/") == "reports" for line in ignore.read_text().splitlines())):
+        plan.notes.append("reports/ will hold the results store: add it to .gitignore")
     return out + plan.notes
