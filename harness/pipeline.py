@@ -46,7 +46,8 @@ class MatrixRequest:
     torch: str | None = None       # "2.6.0,2.13.0": exactly these releases, as the gate plans them
     force_resume: bool = False     # resume a run even if it was started from another matrix
     jobs: int | None = None        # verdict workers at once (None: the matrix's jobs, else cores)
-    fresh: str | None = "all"      # None: unchanged cells from the store; "latency"; "all": no reuse
+    fresh: str | None = None       # None: unchanged cells from the store; "latency"; "all": no reuse
+    verbose: bool = False          # print every finished cell, skips included
 
 
 def load_request_matrix(req: MatrixRequest) -> tuple[Matrix, Plan]:
@@ -135,7 +136,7 @@ def run_matrix(req: MatrixRequest) -> Path:
         identity = {**shard_identity(full, shards, shard[0]), "durations": costs.source}
     check_installable(plan, req.config, req.provider)
     run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume,
-                      req.force_resume, jobs=req.jobs, fresh=req.fresh)
+                      req.force_resume, jobs=req.jobs, fresh=req.fresh, verbose=req.verbose)
     if identity is not None:
         meta = read_run_meta(run_dir)
         meta.extra["shard"] = identity

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.core.env import EnvMarker, EnvSpec
-from harness.core.paths import PROJECT_ROOT
+from harness.core.paths import import_root
 
 PROVIDERS = ("venv", "docker")
 
@@ -38,10 +38,11 @@ class Provider(Protocol):
 
 
 def harness_process_env(threads: int) -> dict[str, str]:
-    """This process's environment with the checkout on PYTHONPATH: the worker (or the process
-    driving its container) imports the harness from here, it is never installed."""
+    """This process's environment with the harness on PYTHONPATH (the checkout, or a folder
+    linking the installed package): the worker (or the process driving its container) imports
+    the harness from here, it is never installed into an environment."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(import_root()) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(threads))
     return env

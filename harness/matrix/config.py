@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import hashlib
 import json
 import os
@@ -439,6 +440,7 @@ def load_matrix(path: str | Path) -> Matrix:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "
                           f"cases (got {type(data).__name__})")
+    data = expand_case_globs(data, path)
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
@@ -447,6 +449,64 @@ def load_matrix(path: str | Path) -> Matrix:
         raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
     _resolve_case_files(matrix, path)
     return matrix
+
+
+_SKIP_DIRS = {".git", ".venv", "venv", ".envs", ".nox", ".tox", "node_modules", "site-packages", "reports",
+              "build", "dist", "__pycache__"}
+
+
+def case_functions(file: Path) -> list[str]:
+    """The functions of ``file`` that look like cases, read with ``ast``: public, top-level,
+    callable without arguments, returning a tuple (model, inputs, ...)."""
+    try:
+        tree = ast.parse(file.read_bytes(), str(file))
+    except (SyntaxError, OSError, ValueError):
+        return []
+    out = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        a = node.args
+        required = len(a.posonlyargs) + len(a.args) - len(a.defaults) + sum(d is None for d in a.kw_defaults)
+        returns = [n for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
+                   and len(n.value.elts) >= 2]
+        if required == 0 and returns:
+            out.append(node.name)
+    return out
+
+
+def expand_case_globs(data: dict, path: Path) -> dict:
+    """``cases: ["models/*.py:*"]``: a case whose file or function part holds a glob (``*``,
+    ``?``, ``[``) stands for every case function (see ``case_functions``) matching it in the
+    files matching it, relative to the matrix file, in sorted order. A glob matching none is an
+    error naming the key."""
+    cases = data.get("cases")
+    if not isinstance(cases, list):
+        return data
+    base = path.resolve().parent
+    out: list[Any] = []
+    for i, case in enumerate(cases):
+        ref = CaseRef.try_parse(case.replace("*", "x").replace("?", "x")) if isinstance(case, str) else None
+        if ref is None or not ref.is_file or not re.search(r"[*?\[]", case):
+            out.append(case)
+            continue
+        file_glob, _, func_glob = case.rpartition(":")
+        root, pattern = base, file_glob
+        if Path(file_glob).is_absolute():   # written out as absolute paths, e.g. by the gate
+            root, pattern = Path(Path(file_glob).anchor), str(Path(file_glob).relative_to(Path(file_glob).anchor))
+        found = []
+        for file in sorted(root.glob(pattern)):
+            rel = file.relative_to(root)
+            if not file.is_file() or any(p in _SKIP_DIRS or p.startswith(".") for p in rel.parts[:-1]):
+                continue
+            name = str(file) if root is not base else rel.as_posix()
+            found += [f"{name}:{fn}" for fn in case_functions(file) if fnmatch.fnmatchcase(fn, func_glob)]
+        if not found:
+            raise ConfigError(f"{path}: key 'cases[{i}]': expected {case!r} to match case functions "
+                              f"(public, no required arguments, returning a tuple) in files under {base}; "
+                              "it matches none")
+        out.extend(f for f in found if f not in out)
+    return {**data, "cases": out}
 
 
 def _resolve_case_files(matrix: Matrix, path: Path) -> None:

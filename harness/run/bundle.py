@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.core.paths import PROJECT_ROOT
+from harness.core.paths import import_root
 from harness.core.record import Record
 from harness.run.stages import GroupContext
 
@@ -44,5 +44,5 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
     with contextlib.suppress(OSError):
         shutil.copy2(log_path, bundle_dir / "cell.log")
     rec.bundle = str(bundle_dir)
-    rec.repro = (f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {shlex.quote(sys.executable)} "
+    rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
                  f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

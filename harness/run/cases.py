@@ -67,6 +67,10 @@ def resolve_target(ref: str, base_dir: Path | None = None) -> Callable[..., Any]
         if not path.exists():
             raise FileNotFoundError(f"case file not found: {path}")
         mod_name = f"_harness_case_{abs(hash(str(path.resolve())))}"
+        # A case file imports its repository's own modules (`from models import Net`) as a
+        # script beside them would: its folder is importable.
+        if str(path.resolve().parent) not in sys.path:
+            sys.path.append(str(path.resolve().parent))
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module

@@ -26,6 +26,7 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 from harness import __version__
@@ -220,7 +221,7 @@ def force_matrix(meta: RunMeta, matrix: Matrix, config_path: Path, mhash: str) -
 
 def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
             provider_name: "str | Provider" = "venv", resume: bool = False, force_resume: bool = False,
-            jobs: int | None = None, fresh: str | None = FRESH_ALL) -> Path:
+            jobs: int | None = None, fresh: str | None = FRESH_ALL, verbose: bool = False) -> Path:
     """Run ``plan`` into a run directory (held by this process alone) and finalize it.
 
     ``jobs``: verdict workers at once (None: the matrix's ``jobs``, else one per core); latency is
@@ -229,7 +230,10 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
     default here: the gate's re-measurements must never be served from the store) runs every cell.
 
     A second runner on the same directory is refused (``RunDirBusy``, with the holder's pid);
-    SIGTERM/SIGINT/SIGHUP end the workers and raise ``RunInterrupted``, the run left resumable."""
+    SIGTERM/SIGINT/SIGHUP end the workers and raise ``RunInterrupted``, the run left resumable.
+    Finished cells are printed one line each as they land: on a terminal only failures (the
+    progress bar, with its estimate of the time left, counts the rest), elsewhere (CI logs) every
+    cell but skips; ``verbose``: every cell."""
     if fresh not in FRESH_MODES:
         raise ConfigError(f"--fresh: expected one of {', '.join(m for m in FRESH_MODES if m)} (got {fresh!r})")
     jobs = resolve_jobs(jobs, matrix)
@@ -244,7 +248,8 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
         run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
                                               force_resume, run_id)
         try:
-            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh)
+            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh,
+                     verbose)
         except RunInterrupted as exc:
             console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
                           f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
@@ -270,7 +275,7 @@ def resolve_jobs(jobs: int | None, matrix: Matrix) -> int:
 
 def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta: RunMeta,
              done: set[str], provider_name: "str | Provider", reports: Path, jobs: int,
-             fresh: str | None) -> None:
+             fresh: str | None, verbose: bool = False) -> None:
     provider = make_provider(provider_name, log=console.print) if isinstance(provider_name, str) else provider_name
     (run_dir / "logs").mkdir(exist_ok=True)
     # A spool left by an interrupted run belongs to verdicts that were never written: they run again.
@@ -286,11 +291,11 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
                   f"{len(todo)} environments, {jobs} verdict worker(s) at once, latency timed alone after them"
                   + ("" if fresh == FRESH_ALL else "; unchanged cells from the store"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False,
+                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("cells", total=total)
         recorder = Recorder(run_dir / "results.jsonl", Annotator(matrix.xfail), progress, task,
-                            hold_passes=matrix.latency.enabled)
+                            hold_passes=matrix.latency.enabled, verbose=verbose)
         scheduler = Scheduler(provider, job, matrix, meta, run_dir, recorder, jobs, memory_mb,
                               CellCache(reports, warn=_say) if fresh != FRESH_ALL else None, fresh,
                               KeyContext.for_run(matrix, meta.fingerprint, getattr(provider, "name", "venv")))
@@ -308,8 +313,14 @@ class Recorder:
     latency phase has timed it (``timing`` joins the two); so is its progress."""
 
     def __init__(self, results: Path, annotate: Annotator, progress: Progress, task: Any,
-                 hold_passes: bool) -> None:
+                 hold_passes: bool, verbose: bool = False) -> None:
         self.results, self.annotate = results, annotate
+        # Which finished cells get a line: all (verbose); on a terminal, where the progress bar
+        # counts the rest, failures only; elsewhere all but skips.
+        quiet = {Status.SKIP} if verbose is False else set()
+        if not verbose and progress.console.is_terminal:
+            quiet |= {Status.PASS, Status.XFAIL}
+        self.quiet = quiet
         self.progress, self.task = progress, task
         self.hold_passes = hold_passes
         self.lock = threading.RLock()
@@ -360,7 +371,7 @@ class Recorder:
         append_records(self.results, records)
         for rec in records:
             self.recorded.add(rec.cell_id)
-            if not cached:
+            if not cached and rec.status not in self.quiet:
                 mark = {Status.PASS: "[green]pass[/]", Status.SKIP: "[dim]skip[/]"}.get(rec.status, f"[red]{rec.status}[/]")
                 self.progress.console.print(f"  {mark} {escape(rec.cell_id)}"
                                             + (f"  ({rec.stage}: {escape(rec.error)})" if rec.error else ""))

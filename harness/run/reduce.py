@@ -516,7 +516,7 @@ def polygraphy_dir() -> Path:
 
 def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv") -> dict[str, Any]:
     """Reduce one stored cell in its own environment; the outcome as ``graph['reduced']``."""
-    from harness.core.paths import PROJECT_ROOT, envs_dir
+    from harness.core.paths import envs_dir, import_root
 
     bundle = bundle_dir(run_dir, rec)
     if bundle is None:
@@ -535,7 +535,7 @@ def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv
     work = Path(run_dir) / "reduce" / rec.cell_id
     work.mkdir(parents=True, exist_ok=True)
     (work / "record.json").write_text(rec.to_json())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), str(tools)]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(import_root()), str(tools)]),
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), POLYGRAPHY_AUTOINSTALL_DEPS="0")
     env.pop("VIRTUAL_ENV", None)
     cmd = [str(python), "-m", "harness.run.reduce", "reduce", "--bundle", str(bundle),

@@ -356,5 +356,6 @@ def test_nightly_workflow_runs_every_shard_locally(tmp_path):
     run_harness("matrix", "--config", str(config), "--output", str(tmp_path / "whole"))
     assert _records(merged) == _records(tmp_path / "whole")
     assert (result["merge_dir"] / "reports" / "site" / "index.html").exists()
+    assert (result["merge_dir"] / "reports" / "site" / "docs" / "matrix-file" / "index.html").exists()
     # what the next night's plan job splits by: this night's durations
     assert read_costs(str(result["merge_dir"] / "previous"), tmp_path).cells.keys() == _records(merged).keys()

@@ -4,7 +4,8 @@ The plan job's `run:` steps print the shard matrix into $GITHUB_OUTPUT; its JSON
 loop that runs the shard job once per `include` entry (each in its own directory, as a runner
 would), then the merge job. `run:` steps execute as written, with `${{ }}` expressions
 evaluated from the job's context; `nox -s SESSION -- ARGS` becomes `python -m harness SESSION
---config CONFIG ARGS` (so a small matrix stands in for matrix.yaml) and `pip install` is a no-op;
+--config CONFIG ARGS` (so a small matrix stands in for matrix.yaml) and `pip install` is a no-op; `mkdocs` builds this checkout's documentation; `torch-onnx-matrix` is
+this checkout's installed command;
 artifact uploads and downloads are folder copies; checkout, setup-python, caches and Pages
 steps do nothing. Only what the workflow uses is supported; anything else raises.
 
@@ -44,6 +45,12 @@ python() {
     shift 2; "$HARNESS_PY" -m harness --reports "$PWD/reports" "$@"; return
   fi
   "$HARNESS_PY" "$@"
+}
+torch-onnx-matrix() {
+  "$HARNESS_PY" -c 'import sys; from harness.cli import console_main; sys.exit(console_main())' "$@"
+}
+mkdocs() {
+  "$HARNESS_PY" -m mkdocs "$@" --config-file "$HARNESS_ROOT/mkdocs.yml"
 }
 '''
 
@@ -127,7 +134,8 @@ def run_job(name: str, job: dict, ctx: dict[str, Any], workdir: Path, artifacts:
                         **{k: substitute(v, ctx) for k, v in step.get("env", {}).items()},
                         "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(workdir / ".summary"),
                         "RUNNER_TEMP": str(workdir / ".tmp"), "HARNESS_PY": sys.executable,
-                        "HARNESS_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
+                        "HARNESS_CONFIG": str(config), "PYTHONPATH": str(ROOT),
+                        "HARNESS_ROOT": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
             (workdir / ".tmp").mkdir(exist_ok=True)
             script = PRELUDE + "set -eo pipefail\n" + substitute(step["run"], ctx)
             proc = subprocess.run(["bash", "-c", script], cwd=workdir, env=step_env,

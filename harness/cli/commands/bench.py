@@ -1,0 +1,25 @@
+"""`bench`: benchmark the tool itself (environment reuse, throughput, timing floor)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli import _options as opts
+
+HELP = "benchmark the tool itself (environment reuse, throughput, timing floor)"
+
+
+def _bench_matrix() -> Path:
+    return Path(__file__).resolve().parents[2] / "checks" / "bench.yaml"   # harness.checks.bench.BENCH_MATRIX
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    opts.config(p, default=_bench_matrix(), label="harness/checks/bench.yaml")
+    p.set_defaults(func=run, only="torch=2.13.0")
+    opts.store(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.checks.bench import run_bench
+
+    return run_bench(args.config, args.only, args.reports)

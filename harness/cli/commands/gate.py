@@ -1,0 +1,83 @@
+"""`gate`: compare a candidate torch against a baseline; exit 1 on regression."""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from harness.cli import _options as opts
+from harness.cli._options import ConfigError
+from harness.cli.logger import say
+
+HELP = "compare a candidate torch against a baseline; exit 1 on regression"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.gate.compare import Settings
+    from harness.gate.main import GateRequest
+
+    ratio, alpha, parity = (opts.default_of(Settings, k) for k in ("latency_threshold", "alpha", "parity_factor"))
+    p.add_argument("--baseline", default=None, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--candidate", default=None, help="torch version, run id/directory, or RUN@VERSION")
+    p.add_argument("--from-deps", default=None, metavar="BASE_REF",
+                   help="baseline: the torch the dependency files pin at this git ref (the target "
+                        "branch); candidate: the one the working tree pins (requirements*.txt, "
+                        "pyproject.toml, uv.lock, poetry.lock, Pipfile.lock); no bump: exit 0")
+    opts.config(p, only=False)
+    p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
+    p.add_argument("--provider", choices=opts.PROVIDERS, default=opts.default_of(GateRequest, "provider"))
+    p.add_argument("--latency-threshold", type=float, default=ratio,
+                   help=f"median ratio above which a significant slowdown counts (default {ratio})")
+    p.add_argument("--alpha", type=float, default=alpha,
+                   help=f"Mann-Whitney p-value threshold (default {alpha})")
+    p.add_argument("--parity-factor", type=float, default=parity,
+                   help="max_abs may grow by this many atol before it counts as drift "
+                        f"(default {parity})")
+    p.add_argument("--block-on", action="append", choices=["io"], default=[],
+                   help="also block on graph drift: 'io' = a change of input/output names or dynamic dims")
+    remeasure = opts.default_of(GateRequest, "remeasure")
+    p.add_argument("--remeasure", type=int, default=remeasure, metavar="N",
+                   help=f"fresh processes per side to re-measure cells flagged slower (default {remeasure}; "
+                        "0: count the first measurement)")
+    share = opts.default_of(Settings, "min_compared")
+    p.add_argument("--min-compared", type=opts.share, default=share, metavar="SHARE",
+                   help="share of the cells on both sides (not skipped on both) that must be compared, "
+                        f"as 0.9 or 90%% (default {share:.0%%}); below it the gate exits 2: it cannot tell")
+    opts.store(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.gate.compare import Settings
+    from harness.gate.main import GateRequest, run_gate
+
+    baseline, candidate, config = args.baseline, args.candidate, args.config
+    if args.from_deps is not None:
+        if baseline or candidate:
+            raise ConfigError("gate: give --from-deps BASE_REF or --baseline/--candidate, not both")
+        from harness.gate.deps import gate_matrix, read_sides
+
+        sides = read_sides(args.from_deps, Path.cwd())
+        say(sides.describe())
+        if not sides.bump:
+            message = (f"torch is {sides.candidate.torch} on both sides ({args.from_deps} and this "
+                       "change): no torch bump, nothing to gate.")
+            print(message)
+            if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+                with open(summary, "a", encoding="utf-8") as fh:
+                    fh.write(f"## Upgrade gate\n\n{message}\n")
+            return 0
+        if args.output is None:
+            args.output = args.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        config = gate_matrix(sides, args.config, args.output)
+        baseline, candidate = sides.baseline.torch, sides.candidate.torch
+        from harness.matrix.deps import public
+
+        baseline, candidate = public(baseline), public(candidate)
+    elif not (baseline and candidate):
+        raise ConfigError("gate: expected --baseline and --candidate (or --from-deps BASE_REF)")
+    settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()),
+                        args.min_compared)
+    return run_gate(GateRequest(baseline, candidate, config, args.reports, args.output,
+                                args.provider, settings, args.remeasure))

@@ -1,0 +1,88 @@
+"""`matrix`: run a matrix."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.cli import _options as opts
+
+if TYPE_CHECKING:
+    from harness.pipeline import MatrixRequest
+
+HELP = "run a matrix"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.pipeline import MatrixRequest
+
+    def default(name: str) -> Any:
+        return opts.default_of(MatrixRequest, name)
+
+    opts.config(p)
+    p.add_argument("--output", type=Path, default=default("output"), help="run directory (default: reports/runs/<run-id>)")
+    p.add_argument("--provider", choices=opts.PROVIDERS, default=default("provider"))
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished run of this matrix (same matrix hash)")
+    p.add_argument("--force-resume", action="store_true",
+                   help="resume (--output DIR or --resume) even if the run was started from another matrix")
+    p.add_argument("--jobs", type=opts.positive_int, default=default("jobs"), metavar="N",
+                   help="verdict workers at once (default: the matrix's jobs, else one per core); "
+                        "latency is always timed alone, after them")
+    p.add_argument("--fresh", nargs="?", const="all", choices=("all", "latency"), default=default("fresh"),
+                   help="run every cell again instead of taking unchanged ones from the store; "
+                        "--fresh=latency: only passing cells run again (fresh timings)")
+    opts.shard(p)
+    opts.verbose(p)
+    opts.store(p)
+    p.set_defaults(func=run)
+
+
+def _request(args: argparse.Namespace, **kw: Any) -> MatrixRequest:
+    from harness.pipeline import MatrixRequest
+
+    return MatrixRequest(args.config, only=args.only, shard=getattr(args, "shard", None),
+                         reports=args.reports, durations=getattr(args, "durations", "auto"),
+                         torch=getattr(args, "torch", None), **kw)
+
+
+def summary(run_dir: Path, limit: int = 10) -> list[str]:
+    """What a finished run prints: the counts, the failures grouped by signature (most cells
+    first), where the reports are."""
+    from collections import Counter
+
+    from harness.core.record import count_by_status, read_records
+    from harness.core.status import Status
+
+    records = read_records(run_dir / "results.jsonl")
+    counts = count_by_status(records)
+    lines = [f"{len(records)} cells: " + " · ".join(f"{k} {v}" for k, v in counts.items() if v)]
+    failing = [r for r in records if r.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT)]
+    groups = Counter(r.signature or f"{r.stage}:?" for r in failing)
+    if groups:
+        lines.append(f"failures by signature ({len(groups)}):")
+        first = {}
+        for r in failing:
+            first.setdefault(r.signature or f"{r.stage}:?", r)
+        for signature, n in groups.most_common(limit):
+            r = first[signature]
+            error = (r.error or r.status.value).splitlines()[0][:110]
+            lines.append(f"  {n:4d} × {signature}  {error}")
+        if len(groups) > limit:
+            lines.append(f"  … {len(groups) - limit} more in matrix.md")
+    md = run_dir / "matrix.md"
+    lines.append(f"report: {md.with_suffix('.html')} · {md}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.cli.logger import result, say
+    from harness.pipeline import run_matrix
+
+    run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume,
+                                    force_resume=args.force_resume, jobs=args.jobs, fresh=args.fresh,
+                                    verbose=args.verbose))
+    for line in summary(run_dir):
+        say(line)
+    result(f"run directory: {run_dir}")
+    return 0

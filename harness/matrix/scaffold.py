@@ -1,0 +1,189 @@
+"""``init``: a starter matrix file and a gate workflow for the repository in the current directory.
+
+The matrix lists the repository's own cases (functions returning a model and its inputs, found
+with ``ast``, never imported) through a ``cases:`` glob per file, or, where there are none, one
+example case written beside it: a case for each ``nn.Module`` subclass it can build without
+arguments whose first layer says the input's shape (``Linear``, ``Conv1d/2d/3d``, ``Embedding``),
+else a small MLP to replace. Its torch releases are the one the dependency files pin and the
+newest one this tool was verified with. Nothing existing is overwritten.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.matrix.config import _SKIP_DIRS, case_functions
+from harness.matrix.deps import find_files, public, read_pins, working_tree_reader
+from harness.matrix.rules import ConfigError
+
+NEWEST_TORCH = "2.13.0"   # the newest release the default matrix verifies
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+WORKFLOW = Path(".github") / "workflows" / "torch-onnx-gate.yml"
+EXAMPLE = "onnx_cases.py"
+
+
+@dataclass
+class Scaffold:
+    matrix: str
+    workflow: str
+    example: str | None = None            # the example case file's text, when one is written
+    notes: list[str] = field(default_factory=list)
+
+
+def _python_files(root: Path) -> list[Path]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if any(p in _SKIP_DIRS or p.startswith(".") for p in rel.parts[:-1]):
+            continue
+        out.append(path)
+    return out
+
+
+def _mentions_torch(path: Path) -> bool:
+    try:
+        return "torch" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _call_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def _int(node: ast.AST | None) -> int | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, int) else None
+
+
+def _example_input(cls: ast.ClassDef) -> tuple[str, str] | None:
+    """(inputs expression, dynamic dims) from the first layer built in ``__init__``. Dynamic dims
+    get example sizes above 1: the dynamo exporter specialises a dim of size 0 or 1."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:
+        return None
+    a = init.args
+    if len(a.args) - len(a.defaults) > 1 or any(d is None for d in a.kw_defaults):
+        return None    # needs constructor arguments this cannot guess
+    for node in ast.walk(init):
+        if not isinstance(node, ast.Call):
+            continue
+        name, first = _call_name(node), _int(node.args[0]) if node.args else None
+        if first is None:
+            continue
+        if name == "Linear":
+            return f"(torch.randn(2, {first}),)", '{0: {0: "batch"}}'
+        if name == "Conv1d":
+            return f"(torch.randn(2, {first}, 64),)", '{0: {0: "batch", 2: "length"}}'
+        if name == "Conv2d":
+            return f"(torch.randn(2, {first}, 32, 32),)", '{0: {0: "batch", 2: "height", 3: "width"}}'
+        if name == "Conv3d":
+            return f"(torch.randn(2, {first}, 8, 16, 16),)", '{0: {0: "batch"}}'
+        if name == "Embedding":
+            return f"(torch.randint(0, {first}, (2, 16)),)", '{0: {0: "batch", 1: "seq"}}'
+    return None
+
+
+def _modules(root: Path, files: list[Path]) -> list[tuple[str, str, str, str]]:
+    """(import path, class, inputs, dims) of buildable ``nn.Module`` subclasses."""
+    out = []
+    for path in files:
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (SyntaxError, OSError, ValueError):
+            continue
+        rel = path.relative_to(root).with_suffix("")
+        if rel.name == "__init__" or not all(p.isidentifier() for p in rel.parts):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(
+                    _call_name(b) == "Module" for b in node.bases):
+                if guess := _example_input(node):
+                    out.append((".".join(rel.parts), node.name, *guess))
+    return out
+
+
+def _example_cases(modules: list[tuple[str, str, str, str]]) -> str:
+    lines = ['"""Cases for the torch -> ONNX matrix (written by `torch-onnx-matrix init`).', "",
+             "A case returns (model, example inputs, dynamic dims): check the inputs below are what",
+             'your models take in production, and add cases for the models you ship."""',
+             "import torch", ""]
+    if modules:
+        for module in sorted({m for m, *_ in modules}):
+            names = ", ".join(sorted(c for m, c, *_ in modules if m == module))
+            lines.insert(5, f"from {module} import {names}")
+        lines.append("")
+        for _, cls, inputs, dims in modules:
+            lines += ["", f"def {cls.lower()}():",
+                      f"    return {cls}().eval(), {inputs}, {dims}", ""]
+    else:
+        lines += ["", "def tiny_mlp():",
+                  "    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))",
+                  '    return model.eval(), (torch.randn(2, 16),), {0: {0: "batch"}}', ""]
+    return "\n".join(lines).replace("\n\n\n\n", "\n\n\n")
+
+
+def scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-onnx-matrix") -> Scaffold:
+    """What ``init`` writes for the repository at ``root`` (nothing is written here)."""
+    notes: list[str] = []
+    files = [p for p in _python_files(root) if _mentions_torch(p)]
+    with_cases = [(p, case_functions(p)) for p in files if p.name != EXAMPLE]
+    with_cases = [(p, fns) for p, fns in with_cases if fns]
+    example = None
+    if with_cases:
+        cases = [f"{p.relative_to(root).as_posix()}:*" for p, _ in with_cases]
+        found = sum(len(fns) for _, fns in with_cases)
+        notes.append(f"cases: {found} case function(s) in {', '.join(c.split(':')[0] for c in cases)}")
+    else:
+        modules = _modules(root, files)
+        example = _example_cases(modules)
+        cases = [f"{EXAMPLE}:*"]
+        notes.append(f"cases: {EXAMPLE} written with " + (
+            f"{len(modules)} case(s) for {', '.join(c for _, c, *_ in modules)}" if modules
+            else "an example case to replace with your models"))
+    pins = read_pins(find_files(root), working_tree_reader(root))
+    torch = [public(pins.torch)] if pins.torch else []
+    if pins.torch:
+        notes.append(f"torch: {public(pins.torch)} from {pins.sources['torch']}, and {NEWEST_TORCH}")
+    else:
+        notes.append(f"torch: no pin found in the dependency files; {NEWEST_TORCH}")
+    if NEWEST_TORCH not in torch:
+        torch.append(NEWEST_TORCH)
+    quoted = ", ".join(f'"{v}"' for v in torch)
+    case_list = ", ".join(f'"{c}"' for c in cases)
+    matrix = f"""# The torch -> ONNX matrix of this repository (written by `torch-onnx-matrix init`).
+# Every combination of the lists below is a cell: exported, checked, loaded, run at two shapes,
+# compared with torch eager and timed. Reference: the documentation's "The matrix file".
+torch: [{quoted}]          # the pinned release and the newest one
+exporters: [torchscript, dynamo]
+opsets: [17, 18]
+runtimes: [ort-cpu]
+cases: [{case_list}]   # relative to this file; `file.py:*` is every case function there
+"""
+    workflow = (TEMPLATES / "gate-workflow.yml").read_text(encoding="utf-8")
+    workflow = workflow.replace("__MATRIX__", matrix_name).replace("__TOOL__", tool)
+    return Scaffold(matrix, workflow, example, notes)
+
+
+def write_scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-onnx-matrix",
+                   force: bool = False) -> list[str]:
+    """Write the matrix file, the workflow and (when needed) the example cases; the lines to print."""
+    plan = scaffold(root, matrix_name, tool)
+    targets = [(root / matrix_name, plan.matrix), (root / WORKFLOW, plan.workflow)]
+    if plan.example is not None:
+        targets.append((root / EXAMPLE, plan.example))
+    existing = [str(p.relative_to(root)) for p, _ in targets if p.exists()]
+    if existing and not force:
+        raise ConfigError(f"init: {', '.join(existing)} already exist(s); expected a repository "
+                          "without them (--force overwrites)")
+    out = []
+    for path, text in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        out.append(f"wrote {path.relative_to(root)}")
+    ignore = root / ".gitignore"
+    if not (ignore.is_file() and any(line.strip().strip("/") == "reports" for line in ignore.read_text().splitlines())):
+        plan.notes.append("reports/ will hold the results store: add it to .gitignore")
+    return out + plan.notes

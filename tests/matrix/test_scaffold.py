@@ -1,0 +1,115 @@
+"""`init` and `cases:` globs: a repository's own case functions are found with ast (never
+imported), a glob expands to them in sorted order, one matching nothing is one line naming the
+key; without case functions, buildable modules become example cases; the torch pin comes from
+the dependency files."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from harness.matrix.config import case_functions, load_matrix
+from harness.matrix.rules import ConfigError
+from harness.matrix.scaffold import NEWEST_TORCH, scaffold, write_scaffold
+
+CASES = textwrap.dedent('''
+    import torch
+
+
+    def encoder():
+        return torch.nn.Linear(4, 2).eval(), (torch.randn(2, 4),)
+
+
+    def decoder(seq=8):
+        model = torch.nn.Linear(seq, 2)
+        return model, (torch.randn(2, seq),), {0: {0: "batch"}}
+
+
+    def helper(x):            # needs an argument: not a case
+        return x, x
+
+
+    def _private():
+        return 1, 2
+
+
+    def loader():              # returns no tuple: not a case
+        return torch.nn.Linear(1, 1)
+''')
+
+
+def test_case_functions_are_read_not_imported(tmp_path):
+    path = tmp_path / "cases.py"
+    path.write_text(CASES + "\nraise SystemExit('imported')\n")
+    assert case_functions(path) == ["encoder", "decoder"]
+
+
+def test_a_glob_expands_to_case_functions_relative_to_the_matrix_file(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "b.py").write_text(CASES)
+    (tmp_path / "models" / "a.py").write_text("def net():\n    return 1, 2\n")
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "c.py").write_text(CASES)
+    m = tmp_path / "matrix.yaml"
+    m.write_text('torch: ["2.13.0"]\nexporters: [dynamo]\nopsets: [18]\n'
+                 'cases: ["models/*.py:*", "**/b.py:enc*", mha]\n')
+    matrix = load_matrix(m)
+    assert [c.label for c in matrix.cases] == ["net", "encoder", "decoder", "mha"]
+    assert matrix.cases[0].target == f"{tmp_path / 'models' / 'a.py'}:net"
+
+
+def test_a_glob_matching_nothing_is_one_line_naming_the_key(tmp_path):
+    m = tmp_path / "matrix.yaml"
+    m.write_text('torch: ["2.13.0"]\nexporters: [dynamo]\nopsets: [18]\ncases: [mha, "src/*.py:*"]\n')
+    with pytest.raises(ConfigError, match=r"key 'cases\[1\]': expected 'src/\*.py:\*' to match case functions"):
+        load_matrix(m)
+
+
+def test_init_lists_the_repository_s_own_cases_with_a_glob(tmp_path):
+    (tmp_path / "onnx").mkdir()
+    (tmp_path / "onnx" / "cases.py").write_text(CASES)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["torch==2.9.1"]\n')
+    plan = scaffold(tmp_path)
+    data = yaml.safe_load(plan.matrix)
+    assert data["cases"] == ["onnx/cases.py:*"] and plan.example is None
+    assert data["torch"] == ["2.9.1", NEWEST_TORCH]
+    lines = write_scaffold(tmp_path)
+    assert "wrote matrix.yaml" in lines and (tmp_path / ".github" / "workflows" / "torch-onnx-gate.yml").exists()
+    assert [c.label for c in load_matrix(tmp_path / "matrix.yaml").cases] == ["encoder", "decoder"]
+    with pytest.raises(ConfigError, match="already exist"):
+        write_scaffold(tmp_path)
+
+
+def test_init_writes_example_cases_for_buildable_modules(tmp_path):
+    (tmp_path / "models.py").write_text(textwrap.dedent('''
+        import torch.nn as nn
+
+
+        class Classifier(nn.Module):
+            def __init__(self, classes=10):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 16, 3)
+
+            def forward(self, x):
+                return self.conv(x)
+
+
+        class Tagger(nn.Module):
+            def __init__(self, vocab):           # needs an argument: left out
+                super().__init__()
+                self.emb = nn.Embedding(vocab, 8)
+    '''))
+    plan = scaffold(tmp_path)
+    assert "from models import Classifier" in plan.example and "Tagger" not in plan.example
+    assert "Classifier().eval(), (torch.randn(2, 3, 32, 32),)" in plan.example
+    assert yaml.safe_load(plan.matrix)["torch"] == [NEWEST_TORCH]   # no pin found
+    write_scaffold(tmp_path)
+    assert [c.label for c in load_matrix(tmp_path / "matrix.yaml").cases] == ["classifier"]
+
+
+def test_init_without_models_writes_one_example_case(tmp_path):
+    (tmp_path / "requirements.txt").write_text("torch==2.6.0\n")
+    write_scaffold(tmp_path)
+    assert [c.label for c in load_matrix(tmp_path / "matrix.yaml").cases] == ["tiny_mlp"]
+    assert yaml.safe_load((tmp_path / "matrix.yaml").read_text())["torch"] == ["2.6.0", NEWEST_TORCH]
