@@ -7,8 +7,9 @@ every file opened for reading (``open``, ``io.open``, ``numpy.load``, ``torch.lo
 (``__file__``). Files under the interpreter's prefixes (the environment's site-packages and the
 standard library), the harness's result code (``core/``, ``run/``, ``runtimes/``: keyed by its own
 hash), the run directory, the export's own folder and ``/proc``,
-``/sys``, ``/dev``, and files the watched code opened for writing itself (an exported file read
-back, a cache it filled) and bytecode caches (``__pycache__``: the source is the input) are not the case's inputs and are left out. Declared files (``fn.data_files``
+``/sys``, ``/dev``, files the process opened for writing itself (an exported file read back, a
+cache it filled, a module a library generates), files in the temporary folder outside the matrix
+file's folder, and bytecode caches (``__pycache__``: the source is the input) are not the case's inputs and are left out. Declared files (``fn.data_files``
 on the case function, ``data_files`` globs on the matrix entry) are always in.
 
 The set, with each file's content hash (``harness.core.files.file_digest``), is the record's
@@ -25,6 +26,7 @@ import contextlib
 import os
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -35,6 +37,8 @@ from harness.core.files import case_file_key, expand_declared, file_digest  # no
 _HARNESS = Path(__file__).resolve().parent.parent
 _RESULT_CODE_DIRS = tuple(str(_HARNESS / d) + os.sep for d in ("core", "run", "runtimes"))
 _READ_MODES = frozenset("rb")   # an open for reading only: no 'w', 'a', 'x' or '+'
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_TMP = os.path.realpath(tempfile.gettempdir()) + os.sep
 
 
 def _excluded_roots(extra: Iterable[str] = ()) -> tuple[str, ...]:
@@ -54,39 +58,39 @@ def _excluded_roots(extra: Iterable[str] = ()) -> tuple[str, ...]:
 class CaseFiles:
     """Collects the files the watched code loads (one instance per worker process)."""
 
-    _hooked = False
     _active: "CaseFiles | None" = None
+    # Files this process opened for writing since this module was imported (before torch: the
+    # worker imports it first), watched or not: outputs, never inputs (torch 2.6 writes a module
+    # into a temporary folder and imports it).
+    written: set[str] = set()
 
     def __init__(self, exclude: Iterable[str | Path] = ()) -> None:
         self.opened: set[str] = set()
-        self.written: set[str] = set()     # opened for writing by watched code: outputs, not inputs
         self.roots = _excluded_roots(str(p) for p in exclude) + _RESULT_CODE_DIRS
 
     @classmethod
     def _audit(cls, event: str, args: tuple) -> None:
-        if event != "open" or cls._active is None:
+        if event != "open":
             return
         path, mode = args[0], args[1] if len(args) > 1 else "r"
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         if not isinstance(path, (str, bytes)):
             return
-        if isinstance(mode, str) and set(mode) - _READ_MODES:
-            cls._active.written.add(os.fsdecode(path))
-        else:
+        if (isinstance(mode, str) and set(mode) - _READ_MODES) or flags & _WRITE_FLAGS:
+            cls.written.add(os.fsdecode(path))
+        elif cls._active is not None:
             cls._active.opened.add(os.fsdecode(path))
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
         """Record the files opened for reading while the block runs."""
-        if not CaseFiles._hooked:
-            sys.addaudithook(CaseFiles._audit)   # cannot be removed: it checks _active
-            CaseFiles._hooked = True
         previous, CaseFiles._active = CaseFiles._active, self
         try:
             yield
         finally:
             CaseFiles._active = previous
 
-    def _keep(self, path: str) -> str | None:
+    def _keep(self, path: str, base_dir: str | None = None) -> str | None:
         try:
             real = os.path.realpath(path)
         except (OSError, ValueError):
@@ -95,24 +99,24 @@ class CaseFiles:
             return None
         if real.endswith((".pyc", ".pyo")) or f"{os.sep}__pycache__{os.sep}" in real:
             return None   # bytecode the import system caches: its source file is the input
+        if real in self._written() or (real.startswith(_TMP) and not (base_dir and real.startswith(base_dir))):
+            return None   # written by this process, or generated in the temporary folder by a library
         return real
 
-    def _input(self, path: str, written: set[str]) -> str | None:
-        """An opened file that is an input: not one the watched code wrote itself (an exported
-        file read back, a cache it filled), which would differ on every run."""
-        real = self._keep(path)
-        return None if real is None or real in written else real
+    def _written(self) -> set[str]:
+        return {os.path.realpath(p) for p in CaseFiles.written}
 
-    def files(self, declared: Iterable[str | Path] = ()) -> set[str]:
-        """Every file loaded so far (modules and opened files), plus the declared ones."""
+    def files(self, declared: Iterable[str | Path] = (), base_dir: str | Path | None = None) -> set[str]:
+        """Every file loaded so far (modules and opened files), plus the declared ones; files
+        in the temporary folder count only inside ``base_dir`` (a repository checked out there)."""
+        base = os.path.realpath(base_dir) + os.sep if base_dir is not None else None
         found = set()
         for module in list(sys.modules.values()):
             name = getattr(module, "__file__", None)
-            if isinstance(name, str) and (kept := self._keep(name)):
+            if isinstance(name, str) and (kept := self._keep(name, base)):
                 found.add(kept)
-        written = {os.path.realpath(p) for p in self.written}
         for name in self.opened:
-            if kept := self._input(name, written):
+            if kept := self._keep(name, base):
                 found.add(kept)
         for name in declared:
             real = os.path.realpath(name)
@@ -123,8 +127,11 @@ class CaseFiles:
     def digests(self, base_dir: Path, declared: Iterable[str | Path] = ()) -> dict[str, str]:
         """``case_files`` of a record: path (relative to ``base_dir`` where inside it) → hash."""
         out = {}
-        for path in sorted(self.files(declared)):
+        for path in sorted(self.files(declared, base_dir)):
             digest = file_digest(path)
             if digest is not None:
                 out[case_file_key(path, base_dir)] = digest
         return out
+
+
+sys.addaudithook(CaseFiles._audit)   # once per process, at import: it cannot be removed

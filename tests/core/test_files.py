@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
 import sys
 
 from harness.core.files import (
@@ -41,15 +42,20 @@ def test_declared_globs_expand_to_existing_files(tmp_path):
 
 
 def test_the_tracker_sees_imports_and_reads_but_not_the_environment_or_its_own_writes(tmp_path, monkeypatch):
-    pkg = tmp_path / "mymodels"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "layers.py").write_text("import json\nDEPTH = 3\n")
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"depth": 3}))
+    # The user's files, written by another process (this one's own writes are outputs).
+    pkg, config = tmp_path / "mymodels", tmp_path / "config.json"
+    subprocess.run([sys.executable, "-c", "import json, os, sys; p = sys.argv[1]; os.mkdir(p + '/mymodels'); "
+                    "open(p + '/mymodels/__init__.py', 'w').close(); "
+                    "open(p + '/mymodels/layers.py', 'w').write('import json\\nDEPTH = 3\\n'); "
+                    "open(p + '/config.json', 'w').write(json.dumps({'depth': 3}))", str(tmp_path)], check=True)
+    generated = tmp_path.parent / f"{tmp_path.name}_generated"     # a library's module in /tmp
+    subprocess.run([sys.executable, "-c", f"import os; os.mkdir({str(generated)!r}); "
+                    f"open({str(generated / 'gen_mod_x.py')!r}, 'w').write('X = 1')"], check=True)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(generated))
     loaded = CaseFiles()
     with loaded.watch():
+        importlib.import_module("gen_mod_x")
         importlib.import_module("mymodels.layers")
         importlib.import_module("email.mime.text")          # the standard library: not a case file
         with open(config) as fh:
@@ -63,7 +69,8 @@ def test_the_tracker_sees_imports_and_reads_but_not_the_environment_or_its_own_w
     files = loaded.digests(tmp_path)
     assert {"mymodels/__init__.py", "mymodels/layers.py", "config.json"} <= set(files)
     assert not {"written.onnx", "after.txt"} & set(files)
+    assert not any("gen_mod_x" in name for name in files)
     assert not any("email" in name or "site-packages" in name or "__pycache__" in name for name in files)
     assert files["config.json"] == file_digest(config)
-    for name in ("mymodels.layers", "mymodels"):
+    for name in ("mymodels.layers", "mymodels", "gen_mod_x"):
         sys.modules.pop(name, None)
