@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core.paths import DEFAULT_CONFIG, REPORTS
 from harness.core.record import SchemaError
+from harness.core.text import ENCODE_ERRORS
 from harness.envs.provider import PROVIDERS
 from harness.matrix.rules import ConfigError
 
@@ -100,7 +101,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.shard and args.shards is not None:
         raise ConfigError("plan: give --shard K/N (one shard's cells) or --shards N (the split), not both")
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+        out = stack.enter_context(open(args.output, "w", encoding="utf-8", errors=ENCODE_ERRORS)) if args.output else sys.stdout
         if args.format == "text" and args.shards is None:
             _print_plan(plan_for(_request(args)), out)
             return 0
@@ -479,7 +480,7 @@ def _traceback_file(args: argparse.Namespace) -> Path | None:
     for folder in ([reports / "errors"] if isinstance(reports, Path) else []) + [Path(tempfile.gettempdir())]:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text, encoding="utf-8")
+            (folder / name).write_text(text, encoding="utf-8", errors=ENCODE_ERRORS)
             return folder / name
         except OSError:
             continue
@@ -490,7 +491,19 @@ def _say(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
 
+def _safe_streams() -> None:
+    """Console output of any text (a case's error with a lone surrogate) never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=ENCODE_ERRORS)
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _safe_streams()
     args = build_parser().parse_args(argv)
     _resolve_paths(args)
     gate = args.command == "gate"

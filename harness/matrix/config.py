@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 from urllib.parse import urlsplit
@@ -174,11 +175,56 @@ class RuntimeSpec(_Strict):
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+# A case's name becomes part of cell ids, file names, logs and every report: at most this many
+# characters, printable ones only (see docs/robustness.md).
+NAME_MAX_CHARS = 100
+# Characters that reorder the text shown around them (bidi embeddings, overrides, isolates,
+# marks): a name holding one can show as another name.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a case (None when it can)."""
+    if len(name) > NAME_MAX_CHARS:
+        return f"expected a name of at most {NAME_MAX_CHARS} characters (this one has {len(name)})"
+    if not name:
+        return "expected a name of at least 1 character"
+    if not name.strip():
+        return "expected a name with a visible character"
+    if name != name.strip():
+        return "expected a name without leading or trailing white space"
+    for ch in name:
+        code = ord(ch)
+        if ch == "\x00":
+            return "expected a name without NUL characters"
+        if ch in _BIDI:
+            return f"expected a name without bidirectional control characters (U+{code:04X})"
+        kind = unicodedata.category(ch)
+        if kind in ("Cc", "Zl", "Zp"):
+            return f"expected a name without control characters (U+{code:04X})"
+        if kind in ("Cf", "Cs", "Co", "Cn"):
+            return f"expected a name of printable characters (U+{code:04X} is not one)"
+    return None
+
+
+def _check_name(v: str) -> str:
+    if why := name_problem(v):
+        raise ValueError(why)
+    return v
+
+
 class CaseEntry(_Strict):
     target: Annotated[str, AfterValidator(_check_case_target)]
-    name: str | None = Field(None, min_length=1)
+    name: Annotated[str, AfterValidator(_check_name)] | None = Field(None, min_length=1)
     atol: Tolerance | None = None
     rtol: Tolerance | None = None
+
+    @model_validator(mode="after")
+    def _label_is_a_name(self) -> "CaseEntry":
+        """A case without ``name`` is named by its function: that name is checked the same way."""
+        if self.name is None and (why := name_problem(self.label)):
+            raise ValueError(f"{why}; give the case a shorter 'name'")
+        return self
 
     @property
     def label(self) -> str:
@@ -323,6 +369,9 @@ class Matrix(_Strict):
                     raise _KeyError(f"include[{i}].case", f"expected a case of this matrix "
                                     f"{sorted(cases)}, a built-in probe, 'file.py:function' or "
                                     f"'package.module:function' (got {inc.case!r})") from None
+                ref = CaseRef.try_parse(inc.case)
+                if ref is not None and (why := name_problem(ref.function)):
+                    raise _KeyError(f"include[{i}].case", f"its function names the case: {why}")
         return self
 
 

@@ -7,9 +7,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from harness.core.cell import CellKey, ExportOptions, safe_name
+from harness.core.cell import CellKey, ExportOptions
 from harness.core.env import EnvSpec
 from harness.core.job import CellJob, ExportGroup
+from harness.core.text import bounded_name
 from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import matches
@@ -56,7 +57,7 @@ class EnvPlan:
             c = members[0]
             digest = hashlib.sha1(repr((self.env.name, _legacy_group_key(c))).encode()).hexdigest()[:8]
             groups.append(ExportGroup(
-                gid=safe_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
+                gid=bounded_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
                 case=c.key.case, case_ref=c.case_ref, exporter=c.key.exporter, opset=c.key.opset,
                 options=c.key.options, atol=c.atol, rtol=c.rtol,
                 cells=tuple(CellJob(m.cell_id, m.key.runtime, m.runtime_name,

@@ -26,6 +26,7 @@ from harness.core.record import (
     read_records,
 )
 from harness.core.run import RunMeta
+from harness.core.text import ENCODE_ERRORS
 from harness.matrix.rules import ConfigError
 
 LOCK_FILE = ".runner.lock"
@@ -178,7 +179,7 @@ def write_report_file(run_dir: Path, name: str, content: str | bytes) -> Path:
     if isinstance(content, bytes):
         tmp.write_bytes(content)
     else:
-        tmp.write_text(content, encoding="utf-8")
+        tmp.write_text(content, encoding="utf-8", errors=ENCODE_ERRORS)
     os.replace(tmp, path)
     return path
 
