@@ -449,6 +449,51 @@ def _one_line(path: Path, exc: ValidationError, data: Any) -> str:
     return first + (f" (also check: {', '.join(repr(k) for k in others[:5])})" if others else "")
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _check_unique_keys(node: yaml.Node, where: str = "", seen_nodes: set[int] | None = None) -> None:
+    """Raise _DuplicateKey for the first mapping, at any depth, that gives a key twice (YAML
+    itself lets the last one win silently). Aliased nodes are walked once."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                name = f"{where}.{key_node.value}" if where else key_node.value
+                line = key_node.start_mark.line + 1
+                if (key_node.tag, key_node.value) in first:
+                    raise _DuplicateKey(name, first[(key_node.tag, key_node.value)], line)
+                first[(key_node.tag, key_node.value)] = line
+            else:
+                name = f"{where}.<key>" if where else "<key>"
+            _check_unique_keys(value_node, name, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, f"{where}[{i}]", seen_nodes)
+
+
+def _load_unique(text: str) -> Any:
+    """``yaml.safe_load``, refusing a key given twice in one mapping."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_config(path: Path) -> Any:
     """The parsed YAML of a matrix file; ConfigError (one line) for anything that is not one."""
     if not path.exists():
@@ -466,7 +511,10 @@ def read_config(path: Path) -> Any:
     if "\x00" in text:
         raise ConfigError(f"{path}: holds NUL bytes (a binary file?); expected a matrix file (YAML)")
     try:
-        return yaml.safe_load(text)
+        return _load_unique(text)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{path}: key '{exc.key}': given twice (line {exc.first} and line "
+                          f"{exc.second}); expected each key once") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
