@@ -67,6 +67,10 @@ def side_from_run(ref: str, reports: Path) -> Side:
     run_ref, _, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
     run_dir = resolve_run(run_ref, reports)
     meta, records = load_run(run_dir)
+    if not records:
+        state = "" if meta.finished else ", and is not finished"
+        raise ConfigError(f"run {meta.run_id} ({run_dir}) has no records{state}: nothing to compare; "
+                          "expected a run that holds results")
     versions = sorted({r.torch for r in records})
     if version:
         if version not in versions:

@@ -170,3 +170,21 @@ def test_gate_json_records_the_exit_code_of_a_regression(gate, store, tmp_path):
     out = tmp_path / "g"
     rc, _ = gate(store, "--baseline", f"{BOTH}@2.13.0", "--candidate", f"{BOTH}@2.6.0", "--output", str(out))
     assert rc == 1 and json.loads((out / "gate.json").read_text())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("finished, at", [(True, ""), (False, ""), (True, "@2.13.0")])
+def test_a_run_without_records_as_a_side_says_so(gate, store, finished, at):
+    from harness.core.run import RunMeta
+
+    empty = store / "runs" / "20261130-120000-0e0e0e"
+    empty.mkdir()
+    RunMeta(run_id=empty.name, started=1.0, finished=finished, matrix_hash="0e0e0e").write(empty)
+    if finished:
+        (empty / "results.jsonl").write_text("")
+    state = "" if finished else ", and is not finished"
+    for args in (["--baseline", f"{empty.name}{at}", "--candidate", f"{BOTH}@2.13.0"],
+                 ["--baseline", f"{BOTH}@2.6.0", "--candidate", f"{empty}{at}"]):
+        rc, err = gate(store, *args)
+        assert rc == 2 and len(err) == 1, err
+        assert err[0] == (f"error: run {empty.name} ({empty}) has no records{state}: nothing to compare; "
+                          "expected a run that holds results")
