@@ -41,7 +41,7 @@ from harness.core.record import (
 from harness.core.run import RunMeta
 from harness.core.status import Stage, Status
 from harness.envs import make_provider
-from harness.envs.provider import EnvironmentBuildError, Provider
+from harness.envs.provider import EnvironmentBuildError, Provider, cannot_create
 from harness.matrix.config import Matrix, matrix_hash
 from harness.matrix.plan import Cell, EnvPlan, Plan
 from harness.matrix.rules import ConfigError
@@ -58,6 +58,8 @@ from harness.run.supervisor import (
 from harness.store.cache import CellCache, KeyContext, adopt
 from harness.store.provenance import fingerprint
 from harness.store.runs import (
+    HOLDER_FILE,
+    LOCK_FILE,
     claim_new_run,
     list_runs,
     new_run_id,
@@ -240,18 +242,40 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
         target = resumable_run(reports, mhash, config_path, force_resume)
     if target is None:
         run_id, target = claim_new_run(reports, mhash)
-    with interruptible(), run_dir_lock(target):
-        run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
-                                              force_resume, run_id)
-        try:
-            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh)
-        except RunInterrupted as exc:
-            console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
-                          f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
-                          markup=False, highlight=False, soft_wrap=True)
-            raise
-        finalize(run_dir, meta, reports, order=[c.cell_id for c in plan.cells])
+    created, held = not (Path(target) / "run.json").exists(), False
+    try:
+        with interruptible(), run_dir_lock(target):
+            held = True
+            run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
+                                                  force_resume, run_id)
+            try:
+                _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh)
+            except RunInterrupted as exc:
+                console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
+                              f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
+                              markup=False, highlight=False, soft_wrap=True)
+                raise
+            finalize(run_dir, meta, reports, order=[c.cell_id for c in plan.cells])
+    except Exception:
+        if created and held:
+            _drop_if_empty(Path(target))   # after the lock is given back: nobody holds it now
+        raise
     return run_dir
+
+
+def _drop_if_empty(run_dir: Path) -> None:
+    """A run this process started that failed before recording any cell is removed: an empty
+    unfinished run would only stand in the store as a side no gate or report can use."""
+    results = run_dir / "results.jsonl"
+    if results.exists() and results.stat().st_size:
+        return
+    for name in ("run.json", "results.jsonl", "run.json.tmp", LOCK_FILE, HOLDER_FILE):
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    for folder in ("logs", SPOOL_DIR, "bundles", "jobs"):
+        shutil.rmtree(run_dir / folder, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()   # only when nothing else is left in it
 
 
 def resolve_jobs(jobs: int | None, matrix: Matrix) -> int:
@@ -480,7 +504,10 @@ class Scheduler:
         """An environment is realised (or failed): record what the cache has, queue the rest."""
         env = env_plan.env
         try:
-            marker = future.result()
+            try:
+                marker = future.result()
+            except OSError as exc:   # a provider's folder that cannot be made: the same failure
+                raise EnvironmentBuildError(cannot_create(env.name, exc)) from exc
         except EnvironmentBuildError as exc:
             # Build logs hold brackets ("[/bin/sh -c ...]") that rich would read as markup.
             console.print(f"[red]environment {env.name} failed:[/] {escape(str(exc))}")
