@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import hashlib
 import json
 import os
 import re
 import unicodedata
+from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -331,23 +334,29 @@ class Matrix(_Strict):
         from harness.probes.zoo import expand as expand_zoo
 
         out: list[Any] = []
+        zoo_seen: set[str] = set()
         for x in _as_list(v):
             if isinstance(x, str) and x in GROUPS:
                 out.extend({"target": p} for p in GROUPS[x])
             elif isinstance(x, str) and (zoo := expand_zoo(x)) is not None:
-                out.extend(c for c in zoo if c not in out)  # groups may overlap (a task and a type)
+                # Groups may overlap (a task and a type): each zoo case once.
+                for c in zoo:
+                    marker = json.dumps(c, sort_keys=True, default=str)
+                    if marker not in zoo_seen:
+                        zoo_seen.add(marker)
+                        out.append(c)
             else:
                 out.append({"target": x} if isinstance(x, str) else x)
         return out
 
     @model_validator(mode="after")
     def _unique_cases(self) -> "Matrix":
-        labels = [c.label for c in self.cases]
-        dup = sorted({x for x in labels if labels.count(x) > 1})
+        # Counted once each (linear): a matrix may list tens of thousands of cases.
+        dup = sorted(x for x, n in Counter(c.label for c in self.cases).items() if n > 1)
         if dup:
-            raise _KeyError("cases", f"case names must be unique; repeated: {dup} (give each a 'name')")
-        versions = [t.version for t in self.torch]
-        dup = sorted({x for x in versions if versions.count(x) > 1})
+            shown = f"{dup[:20]}{f' and {len(dup) - 20} more' if len(dup) > 20 else ''}"
+            raise _KeyError("cases", f"case names must be unique; repeated: {shown} (give each a 'name')")
+        dup = sorted(x for x, n in Counter(t.version for t in self.torch).items() if n > 1)
         if dup:
             raise _KeyError("torch", f"expected each torch version once; repeated: {dup}")
         return self
@@ -481,9 +490,14 @@ def _check_unique_keys(node: yaml.Node, where: str = "", seen_nodes: set[int] | 
             _check_unique_keys(item, f"{where}[{i}]", seen_nodes)
 
 
+# libyaml's parser where PyYAML has it (about twice as fast on a matrix of many cases; it also
+# bounds nesting depth itself), else PyYAML's own.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_unique(text: str) -> Any:
     """``yaml.safe_load``, refusing a key given twice in one mapping."""
-    loader = yaml.SafeLoader(text)
+    loader = _LOADER(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -524,11 +538,29 @@ def read_config(path: Path) -> Any:
         raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: loading and planning make many objects and no
+    cycles, and each collection walks every live object, so a matrix of 100,000 cases would
+    take time growing faster than its size (measured in `nox -s bench`: plan_scaling)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise ConfigError (one line naming file, key and
     expectation). Case files are checked too (exist, define the function), without importing.
     A bare name that is not a file (``zoo``) is a matrix shipped in harness/matrices/."""
-    path = shipped_matrix(path)
+    with gc_paused():
+        return _load_matrix(shipped_matrix(path))
+
+
+def _load_matrix(path: Path) -> Matrix:
     data = read_config(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "
@@ -554,30 +586,47 @@ def _resolve_case_files(matrix: Matrix, path: Path) -> None:
     bases.append(Path.cwd())
     targets = [(f"cases[{i}]", case, "target") for i, case in enumerate(matrix.cases)]
     targets += [(f"include[{i}].case", inc, "case") for i, inc in enumerate(matrix.include)]
+    # Each file is found and read once, however many cases name it.
+    files: dict[str, tuple[Path | None, list[Path]]] = {}
+    checked: dict[tuple[Path, str], str | None] = {}
+    parsed: dict[Path, Any] = {}
     for key, holder, attr in targets:
         ref = CaseRef.try_parse(getattr(holder, attr) or "")
         if ref is None or not ref.is_file:
             continue
         file_part, func = ref.target, ref.function
-        candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
-        found = next((c for c in candidates if c.is_file()), None)
+        if file_part not in files:
+            candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
+            found = next((c for c in candidates if c.is_file()), None)
+            files[file_part] = (found.resolve() if found else None, candidates)
+        found, candidates = files[file_part]
         if found is None:
             looked = ", ".join(dict.fromkeys(str(c.parent) for c in candidates))
             raise ConfigError(f"{path}: key '{key}': expected an existing case file; {file_part!r} "
                               f"not found (looked in {looked})")
-        if why := _missing_function(found, func):
+        if (found, func) not in checked:
+            checked[(found, func)] = _missing_function(found, func, parsed)
+        if why := checked[(found, func)]:
             raise ConfigError(f"{path}: key '{key}': expected {found} to define {func}(); {why}")
-        setattr(holder, attr, f"{found.resolve()}:{func}")
+        setattr(holder, attr, f"{found}:{func}")
 
 
-def _missing_function(file: Path, name: str) -> str | None:
-    """Why ``file`` does not define ``name`` at module level (None when it does), read with ast."""
-    try:
-        tree = ast.parse(file.read_bytes(), str(file))
-    except SyntaxError as exc:
-        return f"it does not parse: {exc.msg} (line {exc.lineno})"
-    except (OSError, ValueError) as exc:
-        return f"it cannot be read ({exc})"
+def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = None) -> str | None:
+    """Why ``file`` does not define ``name`` at module level (None when it does), read with ast
+    (``parsed``: trees, or the reason a file does not parse, already known by file)."""
+    if parsed is not None and file in parsed:
+        tree = parsed[file]
+    else:
+        try:
+            tree = ast.parse(file.read_bytes(), str(file))
+        except SyntaxError as exc:
+            tree = f"it does not parse: {exc.msg} (line {exc.lineno})"
+        except (OSError, ValueError) as exc:
+            tree = f"it cannot be read ({exc})"
+        if parsed is not None:
+            parsed[file] = tree
+    if isinstance(tree, str):
+        return tree
     defined: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

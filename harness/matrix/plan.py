@@ -2,6 +2,7 @@
 group each environment's cells into the worker's export groups."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from harness.core.cell import CellKey, ExportOptions
 from harness.core.env import EnvSpec
 from harness.core.job import CellJob, ExportGroup
 from harness.core.text import bounded_name
-from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec
+from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec, gc_paused
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import matches
 
@@ -27,7 +28,7 @@ class Cell:
     atol: float | None = None
     rtol: float | None = None
 
-    @property
+    @functools.cached_property
     def cell_id(self) -> str:
         return self.key.cell_id(self.torch)
 
@@ -131,10 +132,18 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
 
 
 def build_plan(matrix: Matrix, only: dict[str, list[str]] | None = None) -> Plan:
+    with gc_paused():
+        return _build_plan(matrix, only)
+
+
+def _build_plan(matrix: Matrix, only: dict[str, list[str]] | None) -> Plan:
     envs: dict[str, EnvPlan] = {}
+    specs: dict[tuple[int, int], EnvSpec] = {}   # one per (torch, runtime), not one per cell
     for torch_spec, rt, cell in _cells(matrix):
         if only and not matches(only, cell.axes):
             continue
-        env = env_spec_for(torch_spec, rt, matrix)
+        env = specs.get((id(torch_spec), id(rt)))
+        if env is None:
+            env = specs[(id(torch_spec), id(rt))] = env_spec_for(torch_spec, rt, matrix)
         envs.setdefault(env.name, EnvPlan(env)).cells.append(cell)
     return Plan(matrix=matrix, environments=list(envs.values()))
