@@ -334,16 +334,17 @@ class Matrix(_Strict):
         from harness.probes.zoo import expand as expand_zoo
 
         out: list[Any] = []
-        zoo_seen: set[str] = set()
         for x in _as_list(v):
             if isinstance(x, str) and x in GROUPS:
                 out.extend({"target": p} for p in GROUPS[x])
             elif isinstance(x, str) and (zoo := expand_zoo(x)) is not None:
-                # Groups may overlap (a task and a type): each zoo case once.
+                # Groups may overlap (a task and a type): a zoo case already listed is not added
+                # again (a set of what is there, made once per group: linear in the entries).
+                seen = {json.dumps(c, sort_keys=True, default=str) for c in out}
                 for c in zoo:
                     marker = json.dumps(c, sort_keys=True, default=str)
-                    if marker not in zoo_seen:
-                        zoo_seen.add(marker)
+                    if marker not in seen:
+                        seen.add(marker)
                         out.append(c)
             else:
                 out.append({"target": x} if isinstance(x, str) else x)
