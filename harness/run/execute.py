@@ -58,8 +58,6 @@ from harness.run.supervisor import (
 from harness.store.cache import CellCache, KeyContext, adopt
 from harness.store.provenance import fingerprint
 from harness.store.runs import (
-    HOLDER_FILE,
-    LOCK_FILE,
     claim_new_run,
     list_runs,
     new_run_id,
@@ -242,7 +240,17 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
         target = resumable_run(reports, mhash, config_path, force_resume)
     if target is None:
         run_id, target = claim_new_run(reports, mhash)
-    created, held = not (Path(target) / "run.json").exists(), False
+    target = Path(target)
+    # What the folder held before this run (None: no folder, or one claimed just now in the
+    # store; False: a run already there): a run that fails before its first record removes
+    # only what it added.
+    if run_id is not None or not target.is_dir():
+        before: set[str] | None | bool = None
+    elif (target / "run.json").exists():
+        before = False
+    else:
+        before = {p.name for p in target.iterdir()}
+    held = False
     try:
         with interruptible(), run_dir_lock(target):
             held = True
@@ -257,25 +265,29 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
                 raise
             finalize(run_dir, meta, reports, order=[c.cell_id for c in plan.cells])
     except Exception:
-        if created and held:
-            _drop_if_empty(Path(target))   # after the lock is given back: nobody holds it now
+        if before is not False and held:
+            _drop_if_empty(target, before)   # after the lock is given back: nobody holds it now
         raise
     return run_dir
 
 
-def _drop_if_empty(run_dir: Path) -> None:
-    """A run this process started that failed before recording any cell is removed: an empty
-    unfinished run would only stand in the store as a side no gate or report can use."""
+def _drop_if_empty(run_dir: Path, before: set[str] | None) -> None:
+    """A run this process started that failed before recording any cell is removed (what it
+    added to the folder; the folder too when it made it): an empty unfinished run would only
+    stand in the store as a side no gate or report can use."""
     results = run_dir / "results.jsonl"
     if results.exists() and results.stat().st_size:
         return
-    for name in ("run.json", "results.jsonl", "run.json.tmp", LOCK_FILE, HOLDER_FILE):
-        with contextlib.suppress(OSError):
-            (run_dir / name).unlink()
-    for folder in ("logs", SPOOL_DIR, "bundles", "jobs"):
-        shutil.rmtree(run_dir / folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        run_dir.rmdir()   # only when nothing else is left in it
+    if before is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for path in list(run_dir.iterdir()) if run_dir.is_dir() else []:
+        if path.name not in before:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def resolve_jobs(jobs: int | None, matrix: Matrix) -> int:

@@ -158,9 +158,13 @@ def test_a_new_run_that_fails_before_any_record_leaves_nothing(tmp_path, monkeyp
     else:
         assert left == []
     # An --output folder the user made keeps whatever else it holds.
-    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "logs").mkdir(parents=True)
     (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "mine" / "logs" / "my.log").write_text("mine")
     with pytest.raises(RuntimeError):
         ex.execute(MATRIX, tmp_path / "m.yaml", plan, tmp_path / "mine", reports)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "mine" / "logs" / "my.log").read_text() == "mine"
     assert ((tmp_path / "mine" / "run.json").exists()) == bool(records)
+    if not records:
+        assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["logs", "notes.txt"]
