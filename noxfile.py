@@ -18,9 +18,12 @@ LOCAL_WHEELS = Path("/opt/wheels")  # torch CPU wheels on this disk, used before
 def _install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
     """Editable install of the project, skipped while pyproject.toml and the request are unchanged
     (a warm re-run installs nothing; code changes need no reinstall in editable mode)."""
+    location = getattr(session.virtualenv, "location", None)
+    if location is None:
+        return   # --no-venv: the interpreter nox runs in has the project already
     spec = f".[{','.join(extras)}]" if extras else "."
     stamp_text = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr((spec, also)).encode()).hexdigest()
-    stamp = Path(session.virtualenv.location) / ".harness-install-stamp"
+    stamp = Path(location) / ".harness-install-stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
         return
     session.install("-e", spec)
@@ -34,10 +37,26 @@ def _invoked(session: nox.Session) -> dict[str, str]:
     return {"HARNESS_INVOKED_FROM": str(session.invoked_from)}
 
 
-def _harness(session: nox.Session, command: str) -> None:
-    """The whole body of a thin session: install the project, run one harness command."""
-    _install(session)
-    session.run("python", "-m", "harness", command, *session.posargs, env=_invoked(session))
+def _harness(session: nox.Session, command: str, codes: tuple[int, ...] | None = None,
+             otherwise: int = 2) -> None:
+    """The whole body of a thin session: install the project, run one harness command, and end
+    with the harness's own exit code (2 bad input, 3 unexpected error, 128 + N a signal; see
+    harness/cli.py) instead of nox's generic 1. ``codes``: the only codes passed on as they are,
+    any other (and a failed install) ends as ``otherwise`` (the gate: 0, 1 or 2, nothing else)."""
+    try:
+        _install(session)
+    except nox.command.CommandFailed:
+        if codes is None:
+            raise
+        raise SystemExit(otherwise) from None
+    try:
+        session.run("python", "-m", "harness", command, *session.posargs, env=_invoked(session),
+                    success_codes=[0])
+    except nox.command.CommandFailed as exc:
+        code = exc.return_code
+        if not isinstance(code, int) or code <= 0 or (codes is not None and code not in codes):
+            code = otherwise
+        raise SystemExit(code) from None
 
 
 @nox.session(python="3.11")
@@ -81,17 +100,9 @@ def base_image(session: nox.Session) -> None:
 @nox.session
 def gate(session: nox.Session) -> None:
     """Gate a torch bump: --baseline/--candidate VERSION|RUN; exit 1 on regression, 2 when it cannot tell."""
-    try:
-        _install(session)
-    except nox.command.CommandFailed:
-        raise SystemExit(2) from None   # the gate could not even start: never "regression"
-    try:
-        session.run("python", "-m", "harness", "gate", *session.posargs, env=_invoked(session),
-                    success_codes=[0])
-    except nox.command.CommandFailed as exc:
-        # Keep the gate's own exit code (1 regression, 2 cannot tell) instead of nox's generic 1;
-        # anything else (a signal, a crash of the interpreter) is 2.
-        raise SystemExit(exc.return_code if exc.return_code in (1, 2) else 2) from None
+    # 1 regression, 2 cannot tell; anything else (a failed install, a signal, a crash of the
+    # interpreter) is 2: never "regression", never "no regression".
+    _harness(session, "gate", codes=(1, 2), otherwise=2)
 
 
 @nox.session(python="3.11")

@@ -12,7 +12,8 @@ assertions in tests. In one run:
   a re-run served by the cell cache (wall-time ratio, same verdicts), and ``--fresh`` with
   ``--jobs 1`` vs ``--jobs 2`` (verdict phase and latency phase wall times, speed-up of parallel
   verdicts, same verdicts);
-- warm environment reuse and the latency loop's own floor (a no-op).
+- warm environment reuse and the latency loop's own floor (a no-op);
+- loading and planning a matrix of 10,000 and 100,000 case entries (seconds, growth).
 """
 from __future__ import annotations
 
@@ -196,6 +197,37 @@ def bench_matrix(config: Path, only: str) -> dict[str, Any]:
     }
 
 
+# -- planning a matrix of many cases --------------------------------------------------------------
+PLAN_SIZES = (10_000, 100_000)
+
+
+def bench_plan_scaling(sizes: tuple[int, ...] = PLAN_SIZES) -> dict[str, Any]:
+    """Load (YAML, validation, case files) and plan a matrix of N named entries of one case file:
+    seconds for each N, and how the time grows with N (10x the entries: ~10x the time is linear)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-bench-plan-") as tmp:
+        folder = Path(tmp)
+        (folder / "cases.py").write_text("def model():\n    import torch\n"
+                                         "    return torch.nn.Linear(2, 2), (torch.zeros(1, 2),)\n")
+        for n in sizes:
+            path = folder / f"plan-{n}.yaml"
+            path.write_text("torch: ['2.13.0']\nexporters: [torchscript]\nopsets: [17]\ncases:\n"
+                            + "".join(f"  - {{target: cases.py:model, name: case{i}}}\n" for i in range(n)))
+            t0 = time.perf_counter()
+            matrix = load_matrix(path)
+            t1 = time.perf_counter()
+            plan = build_plan(matrix)
+            t2 = time.perf_counter()
+            out[str(n)] = {"load_s": round(t1 - t0, 3), "plan_s": round(t2 - t1, 3),
+                           "total_s": round(t2 - t0, 3), "cells": len(plan.cells),
+                           "us_per_entry": round((t2 - t0) / n * 1e6, 1)}
+    if len(sizes) >= 2:
+        small, large = out[str(sizes[0])], out[str(sizes[-1])]
+        out["growth"] = {"entries_x": sizes[-1] / sizes[0],
+                         "time_x": round(large["total_s"] / max(small["total_s"], 1e-9), 2)}
+    return out
+
+
 # -- environments and the loop's own floor -------------------------------------------------------
 def bench_env_reuse(config: Path, only: str, repeats: int = 5) -> dict[str, Any]:
     """Time VenvProvider.ensure on environments that already exist (the warm path)."""
@@ -249,6 +281,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
         "latency_accuracy": bench_latency_accuracy(latency_env(config, only)),
         "matrix": bench_matrix(config, only),
         "timing_floor": bench_timing_overhead(),
+        "plan_scaling": bench_plan_scaling(),
     }
     out_dir = reports / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -273,6 +306,11 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
              ["matrix: same verdicts, jobs 2 vs 1", mx["jobs_same_verdicts"]],
              ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
     rows += [[f"latency loop floor: {k}", v] for k, v in results["timing_floor"].items()]
+    scaling = results["plan_scaling"]
+    rows += [[f"plan of {int(n):,} case entries", f"{v['total_s']} s (load {v['load_s']} s, plan {v['plan_s']} s, "
+              f"{v['us_per_entry']} µs per entry)"] for n, v in scaling.items() if n != "growth"]
+    if "growth" in scaling:
+        rows += [["plan: time growth for 10x the entries (linear: ~10)", scaling["growth"]["time_x"]]]
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.cli import _options
 from harness.cli.logger import error
 from harness.core.record import SchemaError
+from harness.core.text import ENCODE_ERRORS
 from harness.matrix.rules import ConfigError
 
 PROG = "torch-onnx-matrix"
@@ -122,7 +123,7 @@ def _traceback_file(args: argparse.Namespace) -> Path | None:
     for folder in ([reports / "errors"] if isinstance(reports, Path) else []) + [Path(tempfile.gettempdir())]:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text, encoding="utf-8")
+            (folder / name).write_text(text, encoding="utf-8", errors=ENCODE_ERRORS)
             return folder / name
         except OSError:
             continue
@@ -134,7 +135,19 @@ def console_main() -> int:
     return main(workspace=Path.cwd(), prog=PROG)
 
 
+def _safe_streams() -> None:
+    """Console output of any text (a case's error with a lone surrogate) never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=ENCODE_ERRORS)
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: list[str] | None = None, workspace: Path | None = None, prog: str = "python -m harness") -> int:
+    _safe_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(workspace, argv)
     parser.prog = prog

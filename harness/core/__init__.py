@@ -7,7 +7,8 @@ the worker imports them inside every environment.
 - ``record``: ``Record`` with ``Parity`` and ``Latency`` (results.jsonl, schema v1);
 - ``run``: ``RunMeta`` (run.json);
 - ``env``: ``EnvSpec`` (what an environment installs) and ``EnvMarker`` (what was installed);
-- ``paths``: the project root, default store and environments folder.
+- ``paths``: the project root, default store and environments folder;
+- ``text``: ``safe_text`` (any case text, safe to encode) and ``bounded_name`` (names as file names).
 
 Takes nothing from the rest of the harness; every other package takes from it.
 """

@@ -8,9 +8,10 @@ One definition each, used by the plan, the worker, records, reports, the gate an
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
 from typing import Any
+
+from harness.core.text import bounded_name
 
 EXPORTERS = ("torchscript", "dynamo", "optimum")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -19,11 +20,6 @@ DIM_POLICIES = ("dynamic", "auto", "named")
 # Every axis a rule (include, exclude, xfail, --only) may name.
 AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision",
         "dim_policy")
-
-
-def safe_name(text: str, keep: str = "_.@-") -> str:
-    """``text`` with every run of characters outside [A-Za-z0-9] and ``keep`` replaced by '_'."""
-    return re.sub(rf"[^A-Za-z0-9{re.escape(keep)}]+", "_", text)
 
 
 @dataclass(frozen=True)
@@ -84,8 +80,9 @@ class CellKey:
     options: ExportOptions = ExportOptions()
 
     def cell_id(self, torch: str) -> str:
-        """The id of this cell on one torch version, safe as a file name."""
-        return safe_name(f"torch{torch}-{self.case}-{self.exporter}-op{self.opset}"
+        """The id of this cell on one torch version, safe as a file name (bounded: a long case
+        name ends in a hash, see ``harness.core.text.bounded_name``)."""
+        return bounded_name(f"torch{torch}-{self.case}-{self.exporter}-op{self.opset}"
                          f"{self.options.suffix}-{self.runtime}")
 
     def as_tuple(self) -> tuple[str, str, int, str, str]:

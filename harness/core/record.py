@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from harness.core.cell import CellKey, ExportOptions
 from harness.core.status import Status
+from harness.core.text import ENCODE_ERRORS, safe_text
 
 SCHEMA_VERSION = 1
 
@@ -172,6 +173,14 @@ class Record:
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        # A case's texts are data: a lone surrogate (os.fsdecode of a non-UTF-8 name) becomes
+        # its escape here, so that every hash, file and page made from a record can encode it.
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, safe_text(value))
+        if self.notes:
+            self.notes = [safe_text(n) if isinstance(n, str) else n for n in self.notes]
         if isinstance(self.parity, dict):
             self.parity = Parity.from_dict(self.parity)
         if isinstance(self.latency_ms, dict):
@@ -218,6 +227,10 @@ class Record:
     def key(self) -> CellKey:
         """Identity of the cell across runs: what the gate and the reports compare on."""
         return CellKey(self.case, self.exporter, int(self.opset), self.runtime, self.export_options)
+
+
+_TEXT_FIELDS = ("run_id", "case", "torch", "exporter", "runtime", "stage", "error", "cell_id", "env",
+                "signature", "hint", "reason", "log", "bundle", "repro", "cache_key", "cached_from")
 
 
 def _kind(value: Any) -> str:
@@ -390,7 +403,7 @@ def append_records(path: Path, records: Iterable[Record]) -> None:
     if not data:
         return
     cut_torn_tail(path)
-    line = data.encode("utf-8")
+    line = data.encode("utf-8", ENCODE_ERRORS)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(line)

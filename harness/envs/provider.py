@@ -21,6 +21,12 @@ class EnvironmentBuildError(RuntimeError):
     """An environment could not be created or installed."""
 
 
+def cannot_create(name: str, exc: OSError) -> str:
+    """The message of an environment whose files cannot be written (an OSError while creating it)."""
+    where = f" at {exc.filename}" if exc.filename else ""
+    return f"environment {name}: cannot be created{where}: {exc.strerror or exc}"
+
+
 class Provider(Protocol):
     name: str
 

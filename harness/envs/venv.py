@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import envs_dir
-from harness.envs.provider import EnvironmentBuildError, harness_process_env, uv_bin
+from harness.envs.provider import EnvironmentBuildError, cannot_create, harness_process_env, uv_bin
 from harness.runtimes import gpu_unavailable_reason
 
 MARKER = ".harness-env.json"
@@ -46,11 +46,16 @@ class VenvProvider:
         return gpu_unavailable_reason() if spec.needs_gpu else None
 
     def ensure(self, spec: EnvSpec) -> EnvMarker:
-        """Create the environment if needed; return its marker (installed packages, timings)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f".{spec.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs sharing .envs/ never build one env twice
-            return self._ensure_locked(spec)
+        """Create the environment if needed; return its marker (installed packages, timings).
+        A folder that cannot be made (a file where it goes, no permission, a full disk) is an
+        ``EnvironmentBuildError`` like a failed install."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(self.root / f".{spec.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # two runs sharing .envs/ never build one env twice
+                return self._ensure_locked(spec)
+        except OSError as exc:
+            raise EnvironmentBuildError(cannot_create(spec.name, exc)) from exc
 
     def _ensure_locked(self, spec: EnvSpec) -> EnvMarker:
         if self.is_ready(spec):

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from harness.core.text import ENCODE_ERRORS
 from harness.gate.compare import CellComparison, Coverage, Settings, Verdict
 from harness.gate.sources import Side
 from harness.report.text import md_code, md_text
@@ -165,12 +166,12 @@ def write_outputs(out: Path, base: Side, cand: Side, cells: list[CellComparison]
     out.mkdir(parents=True, exist_ok=True)
     coverage = coverage or Coverage.of(cells)
     md = render_markdown(base, cand, cells, settings, coverage)
-    (out / "gate.md").write_text(md, encoding="utf-8")
-    (out / "junit.xml").write_text(render_junit(base, cand, cells), encoding="utf-8")
+    (out / "gate.md").write_text(md, encoding="utf-8", errors=ENCODE_ERRORS)
+    (out / "junit.xml").write_text(render_junit(base, cand, cells), encoding="utf-8", errors=ENCODE_ERRORS)
     (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current, coverage),
-                                   encoding="utf-8")
+                                   encoding="utf-8", errors=ENCODE_ERRORS)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
+        with open(summary, "a", encoding="utf-8", errors=ENCODE_ERRORS) as fh:
             fh.write(md)
     return md

@@ -69,6 +69,10 @@ def side_from_run(ref: str, reports: Path) -> Side:
     run_ref, _, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
     run_dir = resolve_run(run_ref, reports)
     meta, records = load_run(run_dir)
+    if not records:
+        state = "" if meta.finished else ", and is not finished"
+        raise ConfigError(f"run {meta.run_id} ({run_dir}) has no records{state}: nothing to compare; "
+                          "expected a run that holds results")
     if not meta.finished:
         raise ConfigError(f"run {meta.run_id} is not finished (still being written, or interrupted: "
                           "finish it with --resume): the gate compares finished runs only")

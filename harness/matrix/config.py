@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
+import gc
 import hashlib
 import json
 import os
 import re
+import unicodedata
+from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -175,14 +179,59 @@ class RuntimeSpec(_Strict):
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+# A case's name becomes part of cell ids, file names, logs and every report: at most this many
+# characters, printable ones only (see docs/robustness.md).
+NAME_MAX_CHARS = 100
+# Characters that reorder the text shown around them (bidi embeddings, overrides, isolates,
+# marks): a name holding one can show as another name.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a case (None when it can)."""
+    if len(name) > NAME_MAX_CHARS:
+        return f"expected a name of at most {NAME_MAX_CHARS} characters (this one has {len(name)})"
+    if not name:
+        return "expected a name of at least 1 character"
+    if not name.strip():
+        return "expected a name with a visible character"
+    if name != name.strip():
+        return "expected a name without leading or trailing white space"
+    for ch in name:
+        code = ord(ch)
+        if ch == "\x00":
+            return "expected a name without NUL characters"
+        if ch in _BIDI:
+            return f"expected a name without bidirectional control characters (U+{code:04X})"
+        kind = unicodedata.category(ch)
+        if kind in ("Cc", "Zl", "Zp"):
+            return f"expected a name without control characters (U+{code:04X})"
+        if kind in ("Cf", "Cs", "Co", "Cn"):
+            return f"expected a name of printable characters (U+{code:04X} is not one)"
+    return None
+
+
+def _check_name(v: str) -> str:
+    if why := name_problem(v):
+        raise ValueError(why)
+    return v
+
+
 class CaseEntry(_Strict):
     target: Annotated[str, AfterValidator(_check_case_target)]
-    name: str | None = Field(None, min_length=1)
+    name: Annotated[str, AfterValidator(_check_name)] | None = Field(None, min_length=1)
     atol: Tolerance | None = None
     rtol: Tolerance | None = None
     # Files the case reads that it does not import (weights, configs, vocabularies): paths or
     # globs relative to the matrix file; part of the case's identity for the cache and the gate.
     data_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _label_is_a_name(self) -> "CaseEntry":
+        """A case without ``name`` is named by its function: that name is checked the same way."""
+        if self.name is None and (why := name_problem(self.label)):
+            raise ValueError(f"{why}; give the case a shorter 'name'")
+        return self
 
     @property
     def label(self) -> str:
@@ -293,19 +342,26 @@ class Matrix(_Strict):
             if isinstance(x, str) and x in GROUPS:
                 out.extend({"target": p} for p in GROUPS[x])
             elif isinstance(x, str) and (zoo := expand_zoo(x)) is not None:
-                out.extend(c for c in zoo if c not in out)  # groups may overlap (a task and a type)
+                # Groups may overlap (a task and a type): a zoo case already listed is not added
+                # again (a set of what is there, made once per group: linear in the entries).
+                seen = {json.dumps(c, sort_keys=True, default=str) for c in out}
+                for c in zoo:
+                    marker = json.dumps(c, sort_keys=True, default=str)
+                    if marker not in seen:
+                        seen.add(marker)
+                        out.append(c)
             else:
                 out.append({"target": x} if isinstance(x, str) else x)
         return out
 
     @model_validator(mode="after")
     def _unique_cases(self) -> "Matrix":
-        labels = [c.label for c in self.cases]
-        dup = sorted({x for x in labels if labels.count(x) > 1})
+        # Counted once each (linear): a matrix may list tens of thousands of cases.
+        dup = sorted(x for x, n in Counter(c.label for c in self.cases).items() if n > 1)
         if dup:
-            raise _KeyError("cases", f"case names must be unique; repeated: {dup} (give each a 'name')")
-        versions = [t.version for t in self.torch]
-        dup = sorted({x for x in versions if versions.count(x) > 1})
+            shown = f"{dup[:20]}{f' and {len(dup) - 20} more' if len(dup) > 20 else ''}"
+            raise _KeyError("cases", f"case names must be unique; repeated: {shown} (give each a 'name')")
+        dup = sorted(x for x, n in Counter(t.version for t in self.torch).items() if n > 1)
         if dup:
             raise _KeyError("torch", f"expected each torch version once; repeated: {dup}")
         return self
@@ -327,6 +383,9 @@ class Matrix(_Strict):
                     raise _KeyError(f"include[{i}].case", f"expected a case of this matrix "
                                     f"{sorted(cases)}, a built-in probe, 'file.py:function' or "
                                     f"'package.module:function' (got {inc.case!r})") from None
+                ref = CaseRef.try_parse(inc.case)
+                if ref is not None and (why := name_problem(ref.function)):
+                    raise _KeyError(f"include[{i}].case", f"its function names the case: {why}")
         return self
 
 
@@ -404,6 +463,56 @@ def _one_line(path: Path, exc: ValidationError, data: Any) -> str:
     return first + (f" (also check: {', '.join(repr(k) for k in others[:5])})" if others else "")
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _check_unique_keys(node: yaml.Node, where: str = "", seen_nodes: set[int] | None = None) -> None:
+    """Raise _DuplicateKey for the first mapping, at any depth, that gives a key twice (YAML
+    itself lets the last one win silently). Aliased nodes are walked once."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                name = f"{where}.{key_node.value}" if where else key_node.value
+                line = key_node.start_mark.line + 1
+                if (key_node.tag, key_node.value) in first:
+                    raise _DuplicateKey(name, first[(key_node.tag, key_node.value)], line)
+                first[(key_node.tag, key_node.value)] = line
+            else:
+                name = f"{where}.<key>" if where else "<key>"
+            _check_unique_keys(value_node, name, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, f"{where}[{i}]", seen_nodes)
+
+
+# libyaml's parser where PyYAML has it (about twice as fast on a matrix of many cases; it also
+# bounds nesting depth itself), else PyYAML's own.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_unique(text: str) -> Any:
+    """``yaml.safe_load``, refusing a key given twice in one mapping."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_config(path: Path) -> Any:
     """The parsed YAML of a matrix file; ConfigError (one line) for anything that is not one."""
     if not path.exists():
@@ -421,7 +530,10 @@ def read_config(path: Path) -> Any:
     if "\x00" in text:
         raise ConfigError(f"{path}: holds NUL bytes (a binary file?); expected a matrix file (YAML)")
     try:
-        return yaml.safe_load(text)
+        return _load_unique(text)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{path}: key '{exc.key}': given twice (line {exc.first} and line "
+                          f"{exc.second}); expected each key once") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
@@ -431,11 +543,29 @@ def read_config(path: Path) -> Any:
         raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: loading and planning make many objects and no
+    cycles, and each collection walks every live object, so a matrix of 100,000 cases would
+    take time growing faster than its size (measured in `nox -s bench`: plan_scaling)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise ConfigError (one line naming file, key and
     expectation). Case files are checked too (exist, define the function), without importing.
     A bare name that is not a file (``zoo``) is a matrix shipped in harness/matrices/."""
-    path = shipped_matrix(path)
+    with gc_paused():
+        return _load_matrix(shipped_matrix(path))
+
+
+def _load_matrix(path: Path) -> Matrix:
     data = read_config(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "
@@ -520,30 +650,47 @@ def _resolve_case_files(matrix: Matrix, path: Path) -> None:
     bases.append(Path.cwd())
     targets = [(f"cases[{i}]", case, "target") for i, case in enumerate(matrix.cases)]
     targets += [(f"include[{i}].case", inc, "case") for i, inc in enumerate(matrix.include)]
+    # Each file is found and read once, however many cases name it.
+    files: dict[str, tuple[Path | None, list[Path]]] = {}
+    checked: dict[tuple[Path, str], str | None] = {}
+    parsed: dict[Path, Any] = {}
     for key, holder, attr in targets:
         ref = CaseRef.try_parse(getattr(holder, attr) or "")
         if ref is None or not ref.is_file:
             continue
         file_part, func = ref.target, ref.function
-        candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
-        found = next((c for c in candidates if c.is_file()), None)
+        if file_part not in files:
+            candidates = [Path(file_part)] if Path(file_part).is_absolute() else [b / file_part for b in bases]
+            found = next((c for c in candidates if c.is_file()), None)
+            files[file_part] = (found.resolve() if found else None, candidates)
+        found, candidates = files[file_part]
         if found is None:
             looked = ", ".join(dict.fromkeys(str(c.parent) for c in candidates))
             raise ConfigError(f"{path}: key '{key}': expected an existing case file; {file_part!r} "
                               f"not found (looked in {looked})")
-        if why := _missing_function(found, func):
+        if (found, func) not in checked:
+            checked[(found, func)] = _missing_function(found, func, parsed)
+        if why := checked[(found, func)]:
             raise ConfigError(f"{path}: key '{key}': expected {found} to define {func}(); {why}")
-        setattr(holder, attr, f"{found.resolve()}:{func}")
+        setattr(holder, attr, f"{found}:{func}")
 
 
-def _missing_function(file: Path, name: str) -> str | None:
-    """Why ``file`` does not define ``name`` at module level (None when it does), read with ast."""
-    try:
-        tree = ast.parse(file.read_bytes(), str(file))
-    except SyntaxError as exc:
-        return f"it does not parse: {exc.msg} (line {exc.lineno})"
-    except (OSError, ValueError) as exc:
-        return f"it cannot be read ({exc})"
+def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = None) -> str | None:
+    """Why ``file`` does not define ``name`` at module level (None when it does), read with ast
+    (``parsed``: trees, or the reason a file does not parse, already known by file)."""
+    if parsed is not None and file in parsed:
+        tree = parsed[file]
+    else:
+        try:
+            tree = ast.parse(file.read_bytes(), str(file))
+        except SyntaxError as exc:
+            tree = f"it does not parse: {exc.msg} (line {exc.lineno})"
+        except (OSError, ValueError) as exc:
+            tree = f"it cannot be read ({exc})"
+        if parsed is not None:
+            parsed[file] = tree
+    if isinstance(tree, str):
+        return tree
     defined: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

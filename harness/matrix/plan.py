@@ -2,15 +2,17 @@
 group each environment's cells into the worker's export groups."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from harness.core.cell import CellKey, ExportOptions, safe_name
+from harness.core.cell import CellKey, ExportOptions
 from harness.core.env import EnvSpec
 from harness.core.job import CellJob, ExportGroup
-from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec
+from harness.core.text import bounded_name
+from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec, gc_paused
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import matches
 
@@ -27,7 +29,7 @@ class Cell:
     rtol: float | None = None
     data_files: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def cell_id(self) -> str:
         return self.key.cell_id(self.torch)
 
@@ -57,7 +59,7 @@ class EnvPlan:
             c = members[0]
             digest = hashlib.sha1(repr((self.env.name, _legacy_group_key(c))).encode()).hexdigest()[:8]
             groups.append(ExportGroup(
-                gid=safe_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
+                gid=bounded_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
                 case=c.key.case, case_ref=c.case_ref, exporter=c.key.exporter, opset=c.key.opset,
                 options=c.key.options, atol=c.atol, rtol=c.rtol, data_files=c.data_files,
                 cells=tuple(CellJob(m.cell_id, m.key.runtime, m.runtime_name,
@@ -131,10 +133,18 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
 
 
 def build_plan(matrix: Matrix, only: dict[str, list[str]] | None = None) -> Plan:
+    with gc_paused():
+        return _build_plan(matrix, only)
+
+
+def _build_plan(matrix: Matrix, only: dict[str, list[str]] | None) -> Plan:
     envs: dict[str, EnvPlan] = {}
+    specs: dict[tuple[int, int], EnvSpec] = {}   # one per (torch, runtime), not one per cell
     for torch_spec, rt, cell in _cells(matrix):
         if only and not matches(only, cell.axes):
             continue
-        env = env_spec_for(torch_spec, rt, matrix)
+        env = specs.get((id(torch_spec), id(rt)))
+        if env is None:
+            env = specs[(id(torch_spec), id(rt))] = env_spec_for(torch_spec, rt, matrix)
         envs.setdefault(env.name, EnvPlan(env)).cells.append(cell)
     return Plan(matrix=matrix, environments=list(envs.values()))

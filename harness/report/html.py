@@ -21,6 +21,7 @@ from markupsafe import Markup
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
+from harness.core.text import ENCODE_ERRORS
 from harness.report import diagnosis, plots
 from harness.report.aggregate import (
     AXES,
@@ -256,7 +257,7 @@ def write_reports(run_dir: Path, records: list[Record], meta: RunMeta, reports: 
 
 def write_store_index(reports: Path) -> Path:
     path = reports / "index.html"
-    path.write_text(render_index_html(reports, lambda e: f"{e['dir']}/matrix.html"), encoding="utf-8")
+    path.write_text(render_index_html(reports, lambda e: f"{e['dir']}/matrix.html"), encoding="utf-8", errors=ENCODE_ERRORS)
     return path
 
 
@@ -272,7 +273,7 @@ def write_site(reports: Path, site: Path) -> Path:
         previous = previous_run(meta, records_frame(records), reports) if records else None
         html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records),
                                "../index.html")
-        (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8")
+        (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8", errors=ENCODE_ERRORS)
     index = site / "index.html"
-    index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8")
+    index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8", errors=ENCODE_ERRORS)
     return index

@@ -10,6 +10,7 @@ import yaml
 
 from harness.core.record import Record
 from harness.core.status import Status
+from harness.core.text import encode_text
 from harness.matrix.rules import matches
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -75,7 +76,7 @@ def signature(rec: Record) -> str | None:
     if not rec.status.is_failure and rec.status is not Status.XFAIL:
         return None
     norm = normalize_error(rec.error or "")
-    digest = hashlib.sha1(f"{rec.stage}|{norm}".encode()).hexdigest()[:8]
+    digest = hashlib.sha1(encode_text(f"{rec.stage}|{norm}")).hexdigest()[:8]
     return f"{rec.stage or 'worker'}:{digest}"
 
 

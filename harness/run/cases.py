@@ -151,6 +151,7 @@ def parse_result(name: str, result: Any) -> tuple[Any, CaseInputs, Any, Any]:
         raise TypeError(f"case {name!r} must return {_SHAPES}, got "
                         f"{type(result).__name__}{f' of {len(result)}' if isinstance(result, tuple) else ''}")
     model, first, *rest = result
+    _check_model(name, model)
     if isinstance(first, Mapping):
         example = CaseInputs((), first)
     else:
@@ -163,6 +164,28 @@ def parse_result(name: str, result: Any) -> tuple[Any, CaseInputs, Any, Any]:
     if rest:
         raise TypeError(f"case {name!r} must return {_SHAPES}; got {len(result)} elements")
     return model, example, dims, second
+
+
+def _check_model(name: str, model: Any) -> None:
+    """The first element a case returns is the model: a ``torch.nn.Module`` (or a callable)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return
+    if isinstance(model, type):
+        raise TypeError(f"case {name!r}: the first element it returns must be a torch.nn.Module "
+                        f"(or a callable model); got the class {model.__name__}, not an instance of it")
+    if not callable(model):
+        raise TypeError(f"case {name!r}: the first element it returns must be a torch.nn.Module "
+                        f"(or a callable model); got {type(model).__name__} {_short(model)}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a case's object may fail even at repr
+        return "(no repr)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _as_args(inputs: Any) -> tuple:

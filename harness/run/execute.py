@@ -42,7 +42,7 @@ from harness.core.record import (
 from harness.core.run import RunMeta
 from harness.core.status import Stage, Status
 from harness.envs import make_provider
-from harness.envs.provider import EnvironmentBuildError, Provider
+from harness.envs.provider import EnvironmentBuildError, Provider, cannot_create
 from harness.matrix.config import Matrix, matrix_hash
 from harness.matrix.plan import Cell, EnvPlan, Plan
 from harness.matrix.rules import ConfigError
@@ -244,19 +244,55 @@ def execute(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, 
         target = resumable_run(reports, mhash, config_path, force_resume)
     if target is None:
         run_id, target = claim_new_run(reports, mhash)
-    with interruptible(), run_dir_lock(target):
-        run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
-                                              force_resume, run_id)
-        try:
-            _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh,
-                     verbose)
-        except RunInterrupted as exc:
-            console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
-                          f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
-                          markup=False, highlight=False, soft_wrap=True)
-            raise
-        finalize(run_dir, meta, reports, order=[c.cell_id for c in plan.cells])
+    target = Path(target)
+    # What the folder held before this run (None: no folder, or one claimed just now in the
+    # store; False: a run already there): a run that fails before its first record removes
+    # only what it added.
+    if run_id is not None or not target.is_dir():
+        before: set[str] | None | bool = None
+    elif (target / "run.json").exists():
+        before = False
+    else:
+        before = {p.name for p in target.iterdir()}
+    held = False
+    try:
+        with interruptible(), run_dir_lock(target):
+            held = True
+            run_dir, meta, done = prepare_run_dir(target, reports, matrix, config_path, plan, resume,
+                                                  force_resume, run_id)
+            try:
+                _execute(matrix, config_path, plan, run_dir, meta, done, provider_name, reports, jobs, fresh,
+                         verbose)
+            except RunInterrupted as exc:
+                console.print(f"interrupted by {signal.Signals(exc.signum).name}: workers stopped; run "
+                              f"{meta.run_id} is unfinished, resume it with --output {run_dir}",
+                              markup=False, highlight=False, soft_wrap=True)
+                raise
+            finalize(run_dir, meta, reports, order=[c.cell_id for c in plan.cells])
+    except Exception:
+        if before is not False and held:
+            _drop_if_empty(target, before)   # after the lock is given back: nobody holds it now
+        raise
     return run_dir
+
+
+def _drop_if_empty(run_dir: Path, before: set[str] | None) -> None:
+    """A run this process started that failed before recording any cell is removed (what it
+    added to the folder; the folder too when it made it): an empty unfinished run would only
+    stand in the store as a side no gate or report can use."""
+    results = run_dir / "results.jsonl"
+    if results.exists() and results.stat().st_size:
+        return
+    if before is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for path in list(run_dir.iterdir()) if run_dir.is_dir() else []:
+        if path.name not in before:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def resolve_jobs(jobs: int | None, matrix: Matrix) -> int:
@@ -491,7 +527,10 @@ class Scheduler:
         """An environment is realised (or failed): record what the cache has, queue the rest."""
         env = env_plan.env
         try:
-            marker = future.result()
+            try:
+                marker = future.result()
+            except OSError as exc:   # a provider's folder that cannot be made: the same failure
+                raise EnvironmentBuildError(cannot_create(env.name, exc)) from exc
         except EnvironmentBuildError as exc:
             # Build logs hold brackets ("[/bin/sh -c ...]") that rich would read as markup.
             console.print(f"[red]environment {env.name} failed:[/] {escape(str(exc))}")

@@ -22,8 +22,9 @@ weights file in the repository re-runs the cell; so does a comment-only edit of 
 The runner stores a reusable record's key in the record itself (``cache_key``; crashes,
 timeouts, memory kills and environment failures get none: they say nothing lasting about the
 cell). ``CellCache`` keeps an index, ``reports/cache.json``, of key → the newest finished run of
-the store holding a record with that key; it is rebuilt from the finished runs when missing or
-unreadable (a damaged run is skipped with a warning), and a lookup checks the record it points
+the store holding a record with that key; it is rebuilt from the finished runs when missing,
+unreadable or wrong (an entry that is not one, or empty while a later run finished), with a
+warning (a damaged run is skipped with a warning), and a lookup checks the record it points
 at, so a stale index only costs misses. ``adopt`` turns a stored record into the new run's:
 un-annotated (the runner applies the current xfail list), its log and bundle linked into the new
 run, ``cached_from`` naming the run that produced it and a note saying so.
@@ -222,7 +223,35 @@ class CellCache:
         if not isinstance(data, dict) or data.get("schema") != INDEX_SCHEMA or not isinstance(data.get("keys"), dict):
             self.warn(f"warning: {self.path}: not a cell-cache index of schema {INDEX_SCHEMA}; rebuilding it")
             return None
-        return {k: v for k, v in data["keys"].items() if isinstance(v, dict) and isinstance(v.get("dir"), str)}
+        if why := self._wrong(data):
+            self.warn(f"warning: {self.path}: {why}; rebuilding it from the stored runs")
+            return None
+        return data["keys"]
+
+    def _wrong(self, data: dict[str, Any]) -> str | None:
+        """What is wrong in an index that parses (None: nothing): an entry that is not one (a run
+        directory outside the store, fields missing), no time of writing, or no entries although
+        a run finished after it was written (an index written by hand, or from another store)."""
+        updated = data.get("updated")
+        if not isinstance(updated, (int, float)) or isinstance(updated, bool):
+            return f"'updated' is {updated!r}, not the time it was written"
+        for key, entry in data["keys"].items():
+            ok = (isinstance(entry, dict) and len(key) == 32 and all(c in "0123456789abcdef" for c in key)
+                  and all(isinstance(entry.get(f), str) and entry[f] for f in ("run", "dir", "cell")))
+            if ok:
+                rel = Path(entry["dir"])
+                ok = not rel.is_absolute() and ".." not in rel.parts and rel.parts[:1] == ("runs",)
+            if not ok:
+                return f"entry {key[:40]!r} is not a cell key → {{run, dir, cell}} of a run in the store"
+        if not data["keys"]:
+            for run_dir in list_runs(self.reports):
+                try:
+                    meta = read_run_meta(run_dir)
+                except (SchemaError, ValueError, OSError):
+                    continue
+                if meta.finished and (meta.ended or 0) > updated:
+                    return f"it holds no entries, yet run {run_dir.name} finished after it was written"
+        return None
 
     def _write(self, keys: dict[str, dict[str, str]]) -> None:
         self.reports.mkdir(parents=True, exist_ok=True)

@@ -44,10 +44,39 @@ def _finished(run_dir: Path) -> bool:
         return False
 
 
+# What a shard run's run.json 'shard' entry holds (harness.matrix.shards.shard_identity).
+_SHARD_INTS = ("index", "count", "cells", "plan_cells")
+_SHARD_DIGESTS = ("plan_digest", "split_digest", "cells_digest")
+
+
+def _check_shard_entry(run_dir: Path, entry: object) -> None:
+    """ConfigError naming the shard's directory when its 'shard' entry is not one."""
+    def damaged(why: str) -> ConfigError:
+        return ConfigError(f"merge: {run_dir}: run.json 'shard' is damaged ({why}); expected what "
+                           "`matrix --shard K/N` writes there: re-run that shard")
+
+    if not isinstance(entry, dict):
+        raise damaged(f"not an object but {type(entry).__name__}")
+    for key in _SHARD_INTS:
+        value = entry.get(key)
+        if key not in entry:
+            raise damaged(f"no '{key}'")
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key in ("index", "count") else 0):
+            raise damaged(f"'{key}' is {value!r}, not a whole number")
+    for key in _SHARD_DIGESTS:
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise damaged(f"'{key}' is {entry.get(key)!r}, not a digest" if key in entry else f"no '{key}'")
+    if entry["index"] > entry["count"]:
+        raise damaged(f"shard {entry['index']} of {entry['count']}")
+
+
 def check_shards(run_dirs: list[Path], metas: list[RunMeta]) -> None:
     """Every shard of one split exactly once, each with exactly its own cells; else ConfigError
     naming the shard (missing, given twice, of another plan or split, incomplete)."""
     ids = [m.extra.get("shard") for m in metas]
+    for d, m in zip(run_dirs, metas):
+        if "shard" in m.extra:
+            _check_shard_entry(d, m.extra["shard"])
     plain = [str(d) for d, s in zip(run_dirs, ids) if not isinstance(s, dict)]
     if plain:
         raise ConfigError(f"merge: not shard runs (no 'shard' in run.json): {', '.join(plain)}; "

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.record import Record
+from harness.core.text import ENCODE_ERRORS
 
 REDUCTIONS_FILE = "reductions.jsonl"
 
 
 def append_reduction(run_dir: Path, cell_id: str, outcome: dict[str, Any]) -> None:
     line = json.dumps({"cell_id": cell_id, "at": time.time(), "reduced": outcome}, sort_keys=True)
-    with open(Path(run_dir) / REDUCTIONS_FILE, "a", encoding="utf-8") as fh:
+    with open(Path(run_dir) / REDUCTIONS_FILE, "a", encoding="utf-8", errors=ENCODE_ERRORS) as fh:
         fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 import sys
 import time
@@ -26,6 +27,7 @@ from harness.core.record import (
     read_records,
 )
 from harness.core.run import RunMeta
+from harness.core.text import ENCODE_ERRORS
 from harness.matrix.rules import ConfigError
 
 LOCK_FILE = ".runner.lock"
@@ -76,13 +78,19 @@ def runs_root(reports: Path = REPORTS) -> Path:
 
 
 def new_run_id(matrix_hash: str) -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{matrix_hash[:6]}"
+    """``YYYYMMDD-HHMMSSmmm-<matrix hash>-<random>``: UTC time to the millisecond, the matrix
+    hash's first 6 characters, 6 random hex digits. Unique across stores (two runs of one matrix
+    started in one millisecond on two machines differ by the random part) and sorted by time as
+    text, after the ids of earlier releases (``YYYYMMDD-HHMMSS-<hash>``, still read as they are)."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}"
+    return f"{stamp}-{matrix_hash[:6]}-{secrets.token_hex(3)}"
 
 
 def claim_new_run(reports: Path, matrix_hash: str) -> tuple[str, Path]:
     """A fresh run id and its directory in the store, created atomically: two runs of one matrix
     started within the same second (a gate's two sides, concurrent CI jobs) get distinct ids
-    (``…-7d340d``, ``…-7d340d-2``) and never share a directory."""
+    and never share a directory (a taken id gets ``-2``, ``-3``, …)."""
     base = new_run_id(matrix_hash)
     root = runs_root(reports)
     root.mkdir(parents=True, exist_ok=True)
@@ -178,7 +186,7 @@ def write_report_file(run_dir: Path, name: str, content: str | bytes) -> Path:
     if isinstance(content, bytes):
         tmp.write_bytes(content)
     else:
-        tmp.write_text(content, encoding="utf-8")
+        tmp.write_text(content, encoding="utf-8", errors=ENCODE_ERRORS)
     os.replace(tmp, path)
     return path
 

@@ -1,4 +1,5 @@
-"""Cases that attack the runner itself: they end, fork, flood or hog the worker process.
+"""Cases that attack the runner itself: they end, fork, flood or hog the worker process, or
+give it text and values it must take as data (lone surrogates, a model that is not one).
 
 Each healthy-looking one returns the same tiny model, so that a cell that survives the attack
 passes. ``HOSTILE_PID_DIR`` (inherited from the runner's environment) is where the forking
@@ -77,3 +78,39 @@ def slow():
     """Sleeps HOSTILE_SLOW_S seconds (default 60) before returning the model."""
     time.sleep(float(os.environ.get("HOSTILE_SLOW_S", "60")))
     return _model()
+
+
+# A file name that is not UTF-8, as os.fsdecode gives it: lone surrogates U+DCFF, U+DCFE.
+UNDECODABLE = os.fsdecode(b"weights-\xff\xfe.bin")
+
+
+def tiny():
+    """A healthy case."""
+    return _model()
+
+
+def surrogate_error():
+    """Fails at the reference stage with an error text holding lone surrogates."""
+    raise FileNotFoundError(f"cannot open {UNDECODABLE}")
+
+
+class _FailsWhenTraced(nn.Module):
+    def forward(self, x):
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+            raise ValueError(f"cannot trace {UNDECODABLE}")
+        return x + 1
+
+
+def surrogate_at_export():
+    """Runs in eager, fails at export with an error text holding lone surrogates."""
+    return _FailsWhenTraced().eval(), (torch.randn(2, 4),)
+
+
+def not_a_module():
+    """Returns a string where the model goes."""
+    return "a model", (torch.randn(2, 4),)
+
+
+def a_class():
+    """Returns the model's class instead of a model."""
+    return nn.Linear, (torch.randn(2, 4),)

@@ -170,3 +170,51 @@ def test_gate_json_records_the_exit_code_of_a_regression(gate, store, tmp_path):
     out = tmp_path / "g"
     rc, _ = gate(store, "--baseline", f"{BOTH}@2.13.0", "--candidate", f"{BOTH}@2.6.0", "--output", str(out))
     assert rc == 1 and json.loads((out / "gate.json").read_text())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("finished, at", [(True, ""), (False, ""), (True, "@2.13.0")])
+def test_a_run_without_records_as_a_side_says_so(gate, store, finished, at):
+    from harness.core.run import RunMeta
+
+    empty = store / "runs" / "20261130-120000-0e0e0e"
+    empty.mkdir()
+    RunMeta(run_id=empty.name, started=1.0, finished=finished, matrix_hash="0e0e0e").write(empty)
+    if finished:
+        (empty / "results.jsonl").write_text("")
+    state = "" if finished else ", and is not finished"
+    for args in (["--baseline", f"{empty.name}{at}", "--candidate", f"{BOTH}@2.13.0"],
+                 ["--baseline", f"{BOTH}@2.6.0", "--candidate", f"{empty}{at}"]):
+        rc, err = gate(store, *args)
+        assert rc == 2 and len(err) == 1, err
+        assert err[0] == (f"error: run {empty.name} ({empty}) has no records{state}: nothing to compare; "
+                          "expected a run that holds results")
+
+
+@pytest.mark.parametrize("where", ["env", "envs-root"])
+def test_an_environment_that_cannot_be_created_is_the_documented_line(gate, store, tmp_path, monkeypatch, where):
+    """A file where the candidate's environment folder (or the environments folder) goes: the
+    gate's "could not be built" line, exit 2; the store holds no empty unfinished run."""
+    from harness.matrix.config import load_matrix
+    from harness.gate.sources import is_environment_failure, version_plan
+    from harness.store.runs import read_run_meta
+
+    _, plan = version_plan(load_matrix(GATE), "2.13.0")
+    name = plan.environments[0].env.name
+    envs = tmp_path / "envs"
+    if where == "env":
+        envs.mkdir()
+        (envs / name).write_text("a file, not an environment")
+        blocked = envs / name
+    else:
+        envs.write_text("a file, not a folder")
+        blocked = envs
+    before = runs_in(store)
+    rc, err = gate(store, "--baseline", f"{BOTH}@2.6.0", "--candidate", "2.13.0")
+    assert rc == 2 and err[-1].startswith(f"error: --candidate 2.13.0: environment {name} could not be built"), err
+    assert f"cannot be created at {blocked}" in err[-1], err[-1]
+    assert ("Not a directory" if where == "env" else "File exists") in err[-1], err[-1]
+    new = runs_in(store) - before
+    for run in new:
+        assert read_run_meta(store / "runs" / run).finished
+        recs = read_records(store / "runs" / run / "results.jsonl")
+        assert recs and all(is_environment_failure(r) for r in recs)

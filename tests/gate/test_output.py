@@ -51,3 +51,28 @@ def test_hostile_candidate_gives_well_formed_junit_and_escaped_markdown(store, t
     for line in md.splitlines():
         if line.startswith("| "):
             assert len(PIPE.findall(line)) == 7, line   # six columns, however hostile the text
+
+
+def test_surrogates_in_a_candidate_are_written_out(store, tmp_path, capsys):
+    """Lone surrogates (os.fsdecode of a non-UTF-8 name) in a stored record: gate.md, junit.xml
+    and gate.json are written, with the undecodable bytes as escapes."""
+    path = store / "runs" / HOSTILE / "results.jsonl"
+    lines = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["case"] == "mha" and rec["status"] == "crash":
+            rec["error"] = "FileNotFoundError: weights-\udcff\udcfe.bin"
+        lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n")
+    assert "\\udcff" in path.read_text()
+    out = tmp_path / "gate"
+    rc = main(["--reports", str(store), "gate", "--config", str(TESTS / "matrices" / "gate.yaml"),
+               "--baseline", f"{BOTH}@2.13.0", "--candidate", f"{HOSTILE}@2.13.0", "--remeasure", "0",
+               "--latency-threshold", "inf", "--output", str(out)])
+    assert rc == 1, capsys.readouterr().err
+    capsys.readouterr()
+    assert "weights-\\xff\\xfe.bin" in (out / "gate.md").read_text(encoding="utf-8")
+    failure, = [tc.find("failure") for tc in ET.fromstring((out / "junit.xml").read_bytes())
+                if tc.find("failure") is not None]
+    assert "weights-\\xff\\xfe.bin" in failure.get("message")
+    assert "weights-\\\\xff\\\\xfe.bin" in (out / "gate.json").read_text(encoding="utf-8")

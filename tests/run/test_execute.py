@@ -130,3 +130,41 @@ def test_new_keys_at_their_default_keep_the_matrix_hash():
     assert matrix_hash(MATRIX.model_copy(update={"cell_memory_mb": 1000})) != old_hash
     # jobs says how a run is scheduled, never what it finds: a run resumes with another jobs.
     assert matrix_hash(MATRIX.model_copy(update={"jobs": 7})) == old_hash
+
+
+@pytest.mark.parametrize("records", [0, 1])
+def test_a_new_run_that_fails_before_any_record_leaves_nothing(tmp_path, monkeypatch, records):
+    """An unexpected error before the first record: the run this process started is removed (an
+    empty unfinished run is no use to a gate or a report); one with a record is kept."""
+    from harness.run import execute as ex
+
+    plan = build_plan(MATRIX)
+
+    def broken(matrix, config_path, plan, run_dir, meta, *rest):
+        if records:
+            cell = plan.cells[0]
+            append_record(run_dir / "results.jsonl",
+                          Record.for_cell(meta.run_id, cell.key, cell.torch, "env", Status.PASS))
+        (run_dir / "logs" / "worker.log").write_text("started\n")
+        raise RuntimeError("provider broke")
+
+    monkeypatch.setattr(ex, "_execute", broken)
+    reports = tmp_path / "reports"
+    with pytest.raises(RuntimeError, match="provider broke"):
+        ex.execute(MATRIX, tmp_path / "m.yaml", plan, None, reports)
+    left = list((reports / "runs").iterdir())
+    if records:
+        assert len(left) == 1 and not read_run_meta(left[0]).finished
+    else:
+        assert left == []
+    # An --output folder the user made keeps whatever else it holds.
+    (tmp_path / "mine" / "logs").mkdir(parents=True)
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "mine" / "logs" / "my.log").write_text("mine")
+    with pytest.raises(RuntimeError):
+        ex.execute(MATRIX, tmp_path / "m.yaml", plan, tmp_path / "mine", reports)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "mine" / "logs" / "my.log").read_text() == "mine"
+    assert ((tmp_path / "mine" / "run.json").exists()) == bool(records)
+    if not records:
+        assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["logs", "notes.txt"]

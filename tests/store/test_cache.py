@@ -215,3 +215,50 @@ def test_declared_data_files_are_part_of_the_key(tmp_path):
     _, after = key(tmp_path, cases=[{"target": "cases.py:tiny", "data_files": ["*.txt"]}])
     _, undeclared = key(tmp_path)
     assert before and after and before != after and undeclared not in (before, after)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda k: {"schema": 1, "updated": 1.0, "keys": {}}, "holds no entries, yet run 20260101-000000-aaaaaa finished"),
+    (lambda k: {"schema": 1, "keys": {k: {"run": "20260101-000000-aaaaaa", "dir": "runs/20260101-000000-aaaaaa",
+                                          "cell": "c"}}}, "'updated' is None"),
+    (lambda k: {"schema": 1, "updated": 9e12, "keys": {k: "runs/20260101-000000-aaaaaa"}}, "is not a cell key"),
+    (lambda k: {"schema": 1, "updated": 9e12, "keys": {k: {"dir": 5}}}, "is not a cell key"),
+    (lambda k: {"schema": 1, "updated": 9e12, "keys": {k: {"run": "x", "dir": "../../elsewhere", "cell": "c"}}},
+     "is not a cell key"),
+    (lambda k: {"schema": 1, "updated": 9e12, "keys": {"not-a-key": {"run": "x", "dir": "runs/x", "cell": "c"}}},
+     "'not-a-key' is not a cell key"),
+])
+def test_a_wrong_index_that_parses_is_rebuilt_with_a_warning(tmp_path, wrong, says):
+    """An index of the right shape but wrong content was read as empty, silently: every cell
+    missed. It is detected, said, and rebuilt from the runs."""
+    reports = tmp_path / "reports"
+    cell, k = key(tmp_path)
+    run = store_run(reports, "20260101-000000-aaaaaa", [stored(cell, k)])
+    meta = json.loads((run / "run.json").read_text())
+    meta["ended"] = 1000.0
+    (run / "run.json").write_text(json.dumps(meta))
+    (reports / INDEX_FILE).write_text(json.dumps(wrong(k)))
+    warnings: list[str] = []
+    hits = CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k})
+    assert list(hits) == [cell.cell_id]
+    assert len(warnings) == 1 and says in warnings[0] and "rebuilding it" in warnings[0], warnings
+    rebuilt = json.loads((reports / INDEX_FILE).read_text())
+    assert rebuilt["keys"][k]["dir"] == "runs/20260101-000000-aaaaaa"
+    # The rebuilt index is read as it is: no warning, no second rebuild.
+    warnings.clear()
+    assert list(CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k})) == [cell.cell_id]
+    assert warnings == []
+
+
+def test_an_empty_index_written_after_every_run_is_right(tmp_path):
+    reports = tmp_path / "reports"
+    cell, k = key(tmp_path)
+    run = store_run(reports, "20260101-000000-aaaaaa", [stored(cell, None)])   # nothing reusable
+    meta = json.loads((run / "run.json").read_text())
+    meta["ended"] = meta["started"]
+    (run / "run.json").write_text(json.dumps(meta))
+    warnings: list[str] = []
+    assert CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k}) == {}
+    assert json.loads((reports / INDEX_FILE).read_text())["keys"] == {}
+    assert CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k}) == {}
+    assert warnings == []

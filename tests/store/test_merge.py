@@ -118,3 +118,34 @@ def test_merge_waits_for_shards_still_running(tmp_path):
     (dirs[1] / "run.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match=f"still not finished: {dirs[1]}"):
         merge_runs(dirs, tmp_path / "merged", wait_s=0.01)
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda s: s.pop("count"), "no 'count'"),
+    (lambda s: s.update(index="two"), "'index' is 'two', not a whole number"),
+    (lambda s: s.update(cells_digest=None), "'cells_digest' is None, not a digest"),
+    (lambda s: s.update(index=5), "shard 5 of 2"),
+    (lambda s: s.clear() or s.update(x=1), "no 'index'"),
+])
+def test_a_damaged_shard_entry_is_named_exit_2(tmp_path, capsys, damage, why):
+    from harness.cli import main
+
+    dirs = _shard_runs(tmp_path, _plan(), 2)
+    meta = json.loads((dirs[1] / "run.json").read_text())
+    damage(meta["shard"])
+    (dirs[1] / "run.json").write_text(json.dumps(meta))
+    rc = main(["--reports", str(tmp_path / "reports"), "merge", *map(str, dirs), "--output", str(tmp_path / "merged")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0] == (f"error: merge: {dirs[1]}: run.json 'shard' is damaged ({why}); expected what "
+                      "`matrix --shard K/N` writes there: re-run that shard")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_shard_entry_that_is_not_an_object_is_damaged(tmp_path):
+    dirs = _shard_runs(tmp_path, _plan(), 2)
+    meta = json.loads((dirs[0] / "run.json").read_text())
+    meta["shard"] = "1/2"
+    (dirs[0] / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"s1: run.json 'shard' is damaged \(not an object but str\)"):
+        merge_runs(dirs, tmp_path / "merged")

@@ -163,3 +163,29 @@ def test_report_on_a_corrupt_run_is_one_line_and_exit_2(tmp_path, line):
     assert "Traceback" not in proc.stderr
     (message,) = proc.stderr.strip().splitlines()
     assert message.startswith(f"error: {run / 'results.jsonl'}:6: ")
+
+
+def test_run_ids_are_unique_across_stores_and_sort_by_time(tmp_path):
+    """Two runs of one matrix in one second (one per store, or in a loop) get distinct ids;
+    ids sort by time as text, after the ids of earlier releases (kept and read as they are)."""
+    import re
+    import time
+
+    from harness.store.runs import claim_new_run, list_runs, new_run_id
+
+    ids = [new_run_id("ca9e5d0123") for _ in range(50)]   # most of them in one millisecond
+    assert len(set(ids)) == 50
+    assert all(re.fullmatch(r"\d{8}-\d{9}-ca9e5d-[0-9a-f]{6}", i) for i in ids)
+    a, _ = claim_new_run(tmp_path / "store-a", "ca9e5d0123")
+    b, _ = claim_new_run(tmp_path / "store-b", "ca9e5d0123")
+    assert a != b
+    time.sleep(0.002)
+    later = new_run_id("ffffff")
+    assert sorted([later, a, b])[-1] == later
+    # Old ids of the same second and earlier sort before new ones; every reader takes both.
+    store = make_store(tmp_path / "mixed")
+    old = sorted(p.name for p in list_runs(store))
+    new_id, new_dir = claim_new_run(store, "0bad00")
+    shutil.copy(store / "runs" / old[0] / "run.json", new_dir / "run.json")
+    assert [p.name for p in list_runs(store)] == [*old, new_id]
+    assert resolve_run(old[0], store).name == old[0] and resolve_run(new_id, store) == new_dir

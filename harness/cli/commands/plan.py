@@ -9,6 +9,7 @@ from typing import Any
 from harness.cli import _options as opts
 from harness.cli._options import ConfigError
 from harness.cli.commands.matrix import _request
+from harness.core.text import ENCODE_ERRORS
 
 HELP = "print environments and cells without running them; shard them for CI"
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shard and args.shards is not None:
         raise ConfigError("plan: give --shard K/N (one shard's cells) or --shards N (the split), not both")
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+        out = stack.enter_context(open(args.output, "w", encoding="utf-8", errors=ENCODE_ERRORS)) if args.output else sys.stdout
         if args.format == "text" and args.shards is None:
             _print_plan(plan_for(_request(args)), out)
             return 0

@@ -1,0 +1,58 @@
+"""The nox sessions end with the harness's own exit code (2 bad input), not nox's generic 1:
+a CI step running `nox -s plan` / `matrix` / `report` / `gate` can tell bad input from a finding.
+Real nox, run with --no-venv so that the session's `python` is the one running these tests."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, TESTS
+
+DUPLICATE = "torch: ['2.13.0']\nexporters: [torchscript]\nopsets: [17]\ncases: [conv_bn]\nopsets: [18]\n"
+
+
+def _nox() -> str | None:
+    """The nox script itself (a pyenv shim would put its own Python first on PATH)."""
+    found = shutil.which("nox")
+    if found and "shims" in Path(found).parts:
+        proc = subprocess.run(["pyenv", "which", "nox"], capture_output=True, text=True)
+        found = proc.stdout.strip() if proc.returncode == 0 else None
+    return found
+
+
+NOX = _nox()
+pytestmark = pytest.mark.skipif(NOX is None, reason="nox is not installed")
+
+
+def nox(tmp_path: Path, session: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "HARNESS_ENVS_DIR": str(tmp_path / "envs")}
+    return subprocess.run([NOX, "-f", str(ROOT / "noxfile.py"), "--no-venv", "-s", session, "--", *args],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("session", ["plan", "matrix", "gate"])
+def test_bad_input_ends_the_session_with_exit_2(tmp_path, session):
+    config = tmp_path / "matrix.yaml"
+    config.write_text(DUPLICATE)
+    args = ["--config", str(config)] + (["--baseline", "2.6.0", "--candidate", "2.13.0"] if session == "gate" else [])
+    proc = nox(tmp_path, session, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "key 'opsets': given twice" in proc.stdout + proc.stderr
+    assert not (tmp_path / "envs").exists()
+
+
+def test_report_of_a_run_that_is_not_there_is_exit_2(tmp_path):
+    proc = nox(tmp_path, "report", "--reports", str(tmp_path / "reports"), "no-such-run")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no-such-run" in proc.stdout + proc.stderr
+
+
+def test_a_good_plan_is_exit_0(tmp_path):
+    proc = nox(tmp_path, "plan", "--config", str(TESTS / "matrices" / "e2e.yaml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cells in" in proc.stdout
