@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     share = opts.default_of(Settings, "min_compared")
     p.add_argument("--min-compared", type=opts.share, default=share, metavar="SHARE",
                    help="share of the cells on both sides (not skipped on both) that must be compared, "
-                        f"as 0.9 or 90%% (default {share:.0%%}); below it the gate exits 2: it cannot tell")
+                        f"as 0.9 or 90%% (default {share * 100:g}%%); below it the gate exits 2: it cannot tell")
     opts.store(p)
     p.set_defaults(func=run)
 
