@@ -1,0 +1,144 @@
+"""The blame ladder (harness/run/blame.py) end to end on tests/matrices/blame.yaml (torch
+2.13.0, ONNX Runtime and OpenVINO), each party checked against plain onnx.reference and ONNX
+Runtime with no harness code (tests/direct_blame.py), and its classification on given rungs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import TESTS, env_python, run_matrix
+
+from harness.core.record import Blame, Record, read_records
+from harness.core.status import Status
+
+BLAME_RUN_ENV = "HARNESS_BLAME_RUN_DIR"   # a finished run of blame.yaml to reuse while developing
+
+
+@pytest.fixture(scope="module")
+def blame_run(tmp_path_factory) -> Path:
+    reuse = os.environ.get(BLAME_RUN_ENV)
+    if reuse and (Path(reuse) / "run.json").exists():
+        return Path(reuse)
+    return run_matrix(tmp_path_factory, "blame", "blame.yaml")
+
+
+@pytest.fixture(scope="module")
+def records(blame_run):
+    return {r.cell_id: r for r in read_records(blame_run / "results.jsonl")}
+
+
+def direct(blame_run: Path, rec: Record) -> dict:
+    meta = json.loads((blame_run / "run.json").read_text())
+    proc = subprocess.run([str(env_python(meta, rec.torch)), str(TESTS / "direct_blame.py"), rec.bundle],
+                          capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.e2e
+def test_openvino_sequence_lens_is_blamed_on_openvino(blame_run, records):
+    rec = records["torch2.13.0-packed_given-torchscript-op17-openvino"]
+    assert (rec.status, rec.stage) == (Status.FAIL, "parity"), rec.error
+    assert (rec.blame.party, rec.blame.repository) == ("runtime-kernel", "openvinotoolkit/openvino"), rec.blame
+    assert rec.blame.rung("onnx-reference")["outcome"] == "no-reference"
+    assert "sequence_lens" in rec.blame.rung("onnx-reference")["detail"]
+    assert rec.blame.rung("ort-disable-all")["outcome"] == rec.blame.rung("ort-default")["outcome"] == "agrees"
+    # by hand: ONNX Runtime agrees with eager on the same file and inputs
+    assert direct(blame_run, rec) == {"onnx-reference": "no-reference", "ort-disable-all": "agrees",
+                                      "ort-default": "agrees"}
+
+
+@pytest.mark.e2e
+def test_a_size_baked_by_the_models_own_int_is_blamed_on_the_model(blame_run, records):
+    for cell in ("torch2.13.0-flatten_mean-dynamo-op17-dim-named-ort-cpu",
+                 "torch2.13.0-flatten_mean-dynamo-op17-dim-named-openvino",
+                 "torch2.13.0-flatten_mean-torchscript-op17-ort-cpu",
+                 "torch2.13.0-flatten_mean-torchscript-op17-openvino"):
+        rec = records[cell]
+        assert rec.status is Status.FAIL, cell
+        assert rec.blame.party == "model-code", (cell, rec.blame)
+        assert rec.blame.source.endswith("dim_policy.py:20: n = int(x.shape[1])"), rec.blame.source
+        # by hand: the reference itself rejects the second shape: no runtime is to blame
+        assert direct(blame_run, rec)["onnx-reference"] == "fails", cell
+
+
+@pytest.mark.e2e
+def test_export_failures_and_passes(records):
+    for rec in records.values():
+        if rec.status is Status.PASS:
+            assert rec.blame is None and "blame" not in rec.duration_s, rec.cell_id
+            assert "blame" not in rec.to_dict()
+        elif rec.stage == "export":
+            # torch.export fails inside torch's own LSTM code on a packed sequence
+            assert (rec.blame.party, rec.blame.repository) == ("exporter", "pytorch/pytorch"), rec.blame
+            assert rec.blame.source.endswith("structured.py:50: out, (h, _) = self.rnn(packed)")
+        else:
+            assert rec.blame is not None and rec.blame.seconds is not None, rec.cell_id
+    assert any(r.status is Status.PASS for r in records.values())
+
+
+def _rec(runtime="ort-cpu", error="ParityError: example shape: output 0: ...", precision="fp32"):
+    return Record(run_id="r", case="c", torch="2.13.0", exporter="dynamo", opset=18, runtime=runtime,
+                  status=Status.FAIL, stage="parity", error=error, options={"precision": precision})
+
+
+def _rungs(**outcomes):
+    return [{"rung": k.replace("_", "-"), "outcome": v, "detail": ""} for k, v in outcomes.items()]
+
+
+@pytest.mark.parametrize("runtime,outcomes,party", [
+    ("ort-cpu", dict(onnx_reference="agrees", ort_disable_all="agrees", ort_default="differs"), "runtime-optimizer"),
+    ("ort-cpu", dict(onnx_reference="agrees", ort_disable_all="differs", ort_default="differs"), "runtime-kernel"),
+    ("ort-cpu", dict(onnx_reference="differs", ort_disable_all="differs", ort_default="differs"), "exporter"),
+    ("openvino", dict(onnx_reference="differs", ort_disable_all="differs", ort_default="differs"), "exporter"),
+    ("openvino", dict(onnx_reference="no-reference", ort_disable_all="agrees", ort_default="agrees"), "runtime-kernel"),
+    ("openvino", dict(onnx_reference="no-reference", ort_disable_all="differs", ort_default="differs"), "unknown"),
+    ("ort-cpu", dict(onnx_reference="no-reference", ort_disable_all="fails", ort_default="fails"), "unknown"),
+])
+def test_classification(runtime, outcomes, party):
+    from harness.run.blame import classify
+
+    blame = classify(_rec(runtime), _rungs(**outcomes), [], [], reduced=False)
+    assert blame.party == party, blame.reason
+    assert (blame.repository is None) == (party == "unknown")
+
+
+def test_reduced_precision_passing_at_fp32_is_runtime_precision():
+    from harness.run.blame import classify
+
+    rungs = _rungs(onnx_reference="agrees", ort_disable_all="agrees", ort_default="agrees", runtime_fp32="agrees")
+    blame = classify(_rec("openvino", precision="fp16"), rungs, [], [], reduced=True)
+    assert (blame.party, blame.repository) == ("runtime-precision", "openvinotoolkit/openvino")
+
+
+def test_export_blame_from_the_exception_chain():
+    from harness.run.blame import blame_export
+
+    def guard():
+        raise RuntimeError("Constraints violated (seq)! ... File \"/models/m.py\", line 3, in forward")
+
+    try:
+        try:
+            guard()
+        except RuntimeError as inner:
+            raise ValueError("Failed to export the model with torch.export.") from inner
+    except ValueError as exc:
+        b = blame_export(exc, "dynamo")
+    assert b.party == "model-code" and b.source.startswith("/models/m.py:3"), b
+    try:
+        raise KeyError("x") from NotImplementedError("No ONNX function found for aten.foo")
+    except KeyError as exc:
+        assert blame_export(exc, "dynamo").repository == "pytorch/pytorch"
+
+
+def test_records_without_blame_load_and_write_as_before():
+    old = {"schema": 1, "run_id": "r", "case": "c", "torch": "2.13.0", "exporter": "dynamo", "opset": 18,
+           "runtime": "ort-cpu", "status": "fail", "stage": "run", "error": "E"}
+    rec = Record.from_dict(old)
+    assert rec.blame is None and "blame" not in rec.to_dict()
+    new = Record.from_dict({**old, "blame": {"party": "runtime-kernel", "reason": "r", "evidence": [{"rung": "x"}]}})
+    assert isinstance(new.blame, Blame) and new.to_dict()["blame"]["party"] == "runtime-kernel"
+    assert Record.from_dict(json.loads(new.to_json())).blame == new.blame
