@@ -142,3 +142,62 @@ def test_records_without_blame_load_and_write_as_before():
     new = Record.from_dict({**old, "blame": {"party": "runtime-kernel", "reason": "r", "evidence": [{"rung": "x"}]}})
     assert isinstance(new.blame, Blame) and new.to_dict()["blame"]["party"] == "runtime-kernel"
     assert Record.from_dict(json.loads(new.to_json())).blame == new.blame
+
+
+@pytest.mark.e2e
+def test_report_groups_failures_by_party_and_shows_root_causes(blame_run, records):
+    md = (blame_run / "matrix.md").read_text(encoding="utf-8")
+    section = md.split("## Failures by blamed party", 1)[1].split("\n## ", 1)[0]
+    assert "| runtime-kernel | openvinotoolkit/openvino |       1 |" in section
+    assert "| model-code     | the model's own code     |       4 |" in section
+    sigs = md.split("## Failures by signature", 1)[1].split("\n## ", 1)[0]
+    # the root cause, not torch.onnx's wrapper ("Failed to export the model with torch.export")
+    assert "| export  | TypeError: zeros(): argument 'size'" in sigs
+    assert "numerical drift" not in sigs and "mark that dim dynamic" not in sigs   # hints fit the facts
+    html = (blame_run / "matrix.html").read_text(encoding="utf-8")
+    assert 'data-party-filter="1"' in html and 'id="blame-section"' in html
+    assert 'data-party="runtime-kernel"' in html
+
+
+def test_old_runs_render_without_blame(tmp_path):
+    from helpers import BOTH, FIXTURES
+
+    from harness.report.html import render_run_html
+    from harness.report.markdown import render_markdown
+    from harness.store.runs import load_run
+
+    meta, recs = load_run(FIXTURES / "runs" / BOTH)
+    assert not any(r.blame for r in recs)
+    assert "Failures by blamed party" not in render_markdown(recs, meta)
+    html = render_run_html(FIXTURES / "runs" / BOTH, recs, meta)
+    assert "data-party" not in html and "blame-section" not in html
+
+
+def test_gate_failures_carry_their_blame():
+    from harness.gate.compare import CellComparison, Verdict
+    from harness.gate.output import blame_text
+
+    cand = _rec("openvino")
+    cand.blame = Blame("runtime-kernel", "ONNX Runtime agrees with eager and openvino does not",
+                       "openvinotoolkit/openvino")
+    c = CellComparison(cand.key, Verdict.NEW_FAILURE, None, cand)
+    assert blame_text(c) == ("blame: runtime-kernel (openvinotoolkit/openvino): ONNX Runtime agrees with eager "
+                             "and openvino does not")
+    assert c.to_dict()["blame"]["party"] == "runtime-kernel"
+
+
+def test_hints_fit_the_cells_blame():
+    from harness.run.annotate import Annotator
+
+    drift = "ParityError: example shape: output 0: 48/180 elements beyond atol=0.0001 rtol=0.001"
+    plain = Annotator(xfail=[])(_rec("openvino", drift))
+    assert "numerical drift" in plain.hint          # no blame: as before
+    kernel = _rec("openvino", drift)
+    kernel.blame = Blame("runtime-kernel", "r", "openvinotoolkit/openvino")
+    assert "a runtime bug" in Annotator(xfail=[])(kernel).hint
+    second = "SecondShapeError: at second shape {'input_0': [3, 7, 8]}: rejected when growing 'seq'"
+    fixed = _rec("ort-cpu", second)
+    fixed.stage = "run"
+    assert "mark that dim dynamic" in Annotator(xfail=[])(fixed).hint
+    fixed.blame = Blame("model-code", "seq was fixed", None, source="m.py:3: n = int(x.shape[1])")
+    assert "marking more dims does not help" in Annotator(xfail=[])(fixed).hint
