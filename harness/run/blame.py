@@ -361,10 +361,11 @@ def classify(rec: Record, rungs: list[dict[str, Any]], specialised: list[dict[st
         how = "disagrees with eager" if ref == "differs" else "rejects inputs eager accepts"
         return Blame("exporter", f"the ONNX reference evaluator {how}: the file does not compute what the "
                      f"model does ({by['onnx-reference']['detail'][:160]})", exporter_repo, rungs)
-    witness = "the ONNX reference evaluator" if ref == "agrees" else None
+    witness = "the ONNX reference evaluator agrees with eager on the same file and inputs" if ref == "agrees" else None
     if witness is None and ort0 == "agrees" and not is_ort:
-        gap = by.get("onnx-reference", {}).get("detail", "")
-        witness = f"ONNX Runtime with optimisations off (no reference: {gap[:120]})"
+        both = " and at its default level" if ort1 == "agrees" else ""
+        witness = (f"ONNX Runtime agrees with eager on the same file and inputs with optimisations off{both}; "
+                   f"the reference cannot judge ({by.get('onnx-reference', {}).get('detail', '')[:200]})")
     if is_ort:
         if ort0 == "agrees" and ort1 in ("differs", "fails"):
             return Blame("runtime-optimizer", "ONNX Runtime agrees with eager with every graph optimisation "
@@ -379,7 +380,7 @@ def classify(rec: Record, rungs: list[dict[str, Any]], specialised: list[dict[st
                      f"({by.get('onnx-reference', {}).get('detail', '')[:160]}) and ONNX Runtime fails at "
                      "every level", None, rungs)
     if witness is not None:
-        return Blame("runtime-kernel", f"{witness} agrees with eager and {rec.runtime} does not", runtime_repo, rungs)
+        return Blame("runtime-kernel", f"{rec.runtime} fails where {witness}", runtime_repo, rungs)
     return Blame("unknown", f"neither the reference ({ref}) nor ONNX Runtime ({ort0}) agrees with eager: "
                  "cannot tell the file from the runtimes", None, rungs)
 

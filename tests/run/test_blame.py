@@ -201,3 +201,49 @@ def test_hints_fit_the_cells_blame():
     assert "mark that dim dynamic" in Annotator(xfail=[])(fixed).hint
     fixed.blame = Blame("model-code", "seq was fixed", None, source="m.py:3: n = int(x.shape[1])")
     assert "marking more dims does not help" in Annotator(xfail=[])(fixed).hint
+
+
+@pytest.mark.e2e
+def test_every_repro_fails_the_same_way_without_the_project(blame_run, records):
+    """Each failing cell's repro.py, run in the cell's environment from its bundle with nothing of
+    this project on the path, fails at the cell's stage with the cell's error type."""
+    meta = json.loads((blame_run / "run.json").read_text())
+    # one cell per stage that fails in this matrix (each repro imports torch: seconds apiece)
+    chosen = ["torch2.13.0-packed_given-dynamo-op17-ort-cpu", "torch2.13.0-flatten_mean-dynamo-op17-dim-named-ort-cpu",
+              "torch2.13.0-packed_given-torchscript-op17-openvino"]
+    assert {records[c].stage for c in chosen} == {"export", "run", "parity"}
+    for rec in (records[c] for c in chosen):
+        bundle = Path(rec.bundle)
+        script = (bundle / "repro.py").read_text()
+        assert "import harness" not in script and "from harness" not in script, rec.cell_id
+        assert (bundle / "case_source.py").exists()
+        proc = subprocess.run([str(env_python(meta, rec.torch)), "repro.py"], cwd=bundle, capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin"}, timeout=300)
+        assert proc.returncode == 1, (rec.cell_id, proc.stdout[-2000:], proc.stderr[-3000:])
+        stages = [ln.split(":", 1)[1].strip() for ln in proc.stdout.splitlines() if ln.startswith("repro stage:")]
+        assert stages[-1] == rec.stage, (rec.cell_id, stages, proc.stderr[-2000:])
+        if rec.stage == "parity":
+            assert "AssertionError" in proc.stderr, rec.cell_id
+        else:
+            root = rec.error.rsplit(" <- ", 1)[-1].split(":", 1)[0].split()[-1]
+            assert root in proc.stderr or rec.stage == "run", (rec.cell_id, root, proc.stderr[-1500:])
+        issue = (bundle / "ISSUE.md").read_text()
+        assert "## Versions" in issue and "python repro.py" in issue and rec.blame.party in issue
+
+
+@pytest.mark.e2e
+def test_bundles_hold_onnx_test_data(records):
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    rec = records["torch2.13.0-packed_given-torchscript-op17-openvino"]
+    bundle = Path(rec.bundle)
+    inputs = np.load(bundle / "inputs.npz")
+    expected = np.load(bundle / "expected.npz")
+    for i, name in enumerate(inputs.files):
+        t = onnx.load_tensor(str(bundle / "test_data_set_0" / f"input_{i}.pb"))
+        assert t.name == name and np.array_equal(numpy_helper.to_array(t), inputs[name])
+    out = numpy_helper.to_array(onnx.load_tensor(str(bundle / "test_data_set_0" / "output_0.pb")))
+    assert np.array_equal(out, expected["output_0"])
+    assert (bundle / "test_data_set_1" / "input_0.pb").exists()     # the second shape
