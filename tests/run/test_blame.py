@@ -189,9 +189,9 @@ def test_gate_failures_carry_their_blame():
 def test_hints_fit_the_cells_blame():
     from harness.run.annotate import Annotator
 
-    drift = "ParityError: example shape: output 0: 48/180 elements beyond atol=0.0001 rtol=0.001"
-    plain = Annotator(xfail=[])(_rec("openvino", drift))
-    assert "numerical drift" in plain.hint          # no blame: as before
+    drift = ("ParityError: example shape: output 0: 48/180 elements beyond atol=0.0001 rtol=0.001; max_abs=0.349 "
+             "at [1, 4, 6] (eager 0, runtime -0.348654); max_rel=3.49e+11")
+    assert Annotator(xfail=[])(_rec("openvino", drift)).hint is None    # not drift: values are wrong
     kernel = _rec("openvino", drift)
     kernel.blame = Blame("runtime-kernel", "r", "openvinotoolkit/openvino")
     assert "a runtime bug" in Annotator(xfail=[])(kernel).hint
@@ -247,3 +247,46 @@ def test_bundles_hold_onnx_test_data(records):
     out = numpy_helper.to_array(onnx.load_tensor(str(bundle / "test_data_set_0" / "output_0.pb")))
     assert np.array_equal(out, expected["output_0"])
     assert (bundle / "test_data_set_1" / "input_0.pb").exists()     # the second shape
+
+
+@pytest.mark.e2e
+def test_torchscript_floor_division_is_blamed_on_the_exporter(blame_run, records):
+    for runtime in ("ort-cpu", "openvino"):
+        rec = records[f"torch2.13.0-floor_divide-torchscript-op17-{runtime}"]
+        assert (rec.status, rec.stage) == (Status.FAIL, "parity"), rec.error
+        assert (rec.blame.party, rec.blame.repository) == ("exporter", "pytorch/pytorch"), rec.blame
+        assert rec.blame.rung("onnx-reference")["outcome"] == "differs"
+        # a TorchScript file has no link to torch's tensors: said, not guessed
+        assert rec.blame.divergence["node"] is None and "no mapping" in rec.blame.divergence["reason"]
+        assert direct(blame_run, rec)["onnx-reference"] == "differs"     # by hand
+    assert records["torch2.13.0-floor_divide-dynamo-op17-ort-cpu"].status is Status.PASS
+
+
+@pytest.mark.e2e
+def test_first_diverging_node_of_a_dynamo_file(blame_run, tmp_path):
+    """A dynamo file changed at one known layer (block.fc2's weight): the first diverging node is
+    that layer's Gemm, with its aten op, module path and the model's source line."""
+    from helpers import ROOT
+
+    meta = json.loads((blame_run / "run.json").read_text())
+    proc = subprocess.run([str(env_python(meta, "2.13.0")), str(TESTS / "divergence_driver.py"), str(tmp_path)],
+                          capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = out["found"]
+    assert out["changed"] == "block.fc2.weight"
+    assert (found["op"], found["aten"], found["module"]) == ("Gemm", "aten.linear.default", "block.fc2 (Linear)"), found
+    assert found["source"].endswith("return self.fc2(torch.relu(self.fc1(x)))")
+    assert found["compared"] >= 2 and found["max_abs"] > 0.1     # fc1's value agreed before it
+    assert out["torchscript"]["node"] is None and "no mapping" in out["torchscript"]["reason"]
+
+
+def test_the_drift_hint_needs_small_relative_errors():
+    from harness.run.annotate import Annotator
+
+    small = _rec("openvino", "ParityError: example shape: output 0: 3/240 elements beyond atol=0.0001 rtol=0.001; "
+                             "max_abs=0.002 at [0] (eager 1, runtime 1.002); max_rel=0.002")
+    assert "numerical drift" in Annotator(xfail=[])(small).hint
+    wrong = _rec("openvino", "ParityError: example shape: output 0: 5/14 elements beyond atol=0.0001 rtol=0.001; "
+                             "max_abs=1 at [0, 1] (eager -3, runtime -2); max_rel=0.5")
+    assert Annotator(xfail=[])(wrong).hint is None
