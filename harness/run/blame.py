@@ -385,6 +385,21 @@ def classify(rec: Record, rungs: list[dict[str, Any]], specialised: list[dict[st
                  "cannot tell the file from the runtimes", None, rungs)
 
 
+def _shared_rungs(ctx: Any, feeds, references, atol, rtol) -> list[dict[str, Any]]:
+    """The rungs that depend on the file only (reference, ONNX Runtime), run once per export
+    group: every runtime cell of a group shares its file and inputs."""
+    stat = ctx.onnx_path.stat()
+    key = (str(ctx.onnx_path), stat.st_mtime_ns, stat.st_size)
+    cached = getattr(ctx, "_blame_rungs", None)
+    if cached is not None and cached[0] == key:
+        return [{**r, "shared": True} for r in cached[1]]
+    rungs = [reference_rung(ctx.onnx_path, feeds, references, atol, rtol),
+             _ort_rung("ort-disable-all", ctx.onnx_path, "ORT_DISABLE_ALL", feeds, references, atol, rtol, ctx.job.threads),
+             _ort_rung("ort-default", ctx.onnx_path, "ORT_ENABLE_ALL", feeds, references, atol, rtol, ctx.job.threads)]
+    ctx._blame_rungs = (key, rungs)
+    return rungs
+
+
 def diagnose(ctx: Any, cell: Any, rec: Record) -> None:
     """The hook: put a blame on a failing cell's record (never raises; costs nothing otherwise)."""
     from harness.core.status import Status
@@ -416,9 +431,7 @@ def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
                      [_rung("onnx-checker", "fails", rec.error or "")])
     atol, rtol = ctx.spec.atol, ctx.spec.rtol
     feeds, references = ctx.feeds, ctx.references
-    rungs = [reference_rung(ctx.onnx_path, feeds, references, atol, rtol),
-             _ort_rung("ort-disable-all", ctx.onnx_path, "ORT_DISABLE_ALL", feeds, references, atol, rtol, ctx.job.threads),
-             _ort_rung("ort-default", ctx.onnx_path, "ORT_ENABLE_ALL", feeds, references, atol, rtol, ctx.job.threads)]
+    rungs = [dict(r) for r in _shared_rungs(ctx, feeds, references, atol, rtol)]
     precision = str(rec.options.get("precision") or ctx.group.options.precision or "fp32")
     reduced = precision != "fp32"
     if reduced:
