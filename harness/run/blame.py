@@ -10,7 +10,7 @@ passing cell: no cost there). It puts a ``Blame`` on the record:
 - ``check``: the ONNX checker rejects the file: ``exporter``.
 - ``load`` / ``run`` / ``parity``: the same file, on the same inputs, through the rungs
     1. ``onnx-reference``: ``onnx.reference.ReferenceEvaluator`` (the specification's semantics),
-       in a subprocess capped at ``HARNESS_BLAME_REFERENCE_S`` seconds (default 60); a graph too
+       in a subprocess capped at ``HARNESS_BLAME_REFERENCE_S`` seconds (default 30); a graph too
        large, an operator it lacks or a feature it ignores is ``no-reference``, never a failure;
     2. ``ort-disable-all`` and ``ort-default``: ONNX Runtime CPU with every graph optimisation off
        and at its default level;
@@ -48,7 +48,7 @@ from harness.core.record import (
 )
 
 REFERENCE_CAP_ENV = "HARNESS_BLAME_REFERENCE_S"
-REFERENCE_CAP_S = 60.0
+REFERENCE_CAP_S = 30.0
 REFERENCE_MAX_NODES = 5000            # larger graphs: no reference (minutes in numpy)
 REFERENCE_MAX_BYTES = 512 * 2**20     # file plus external data
 
