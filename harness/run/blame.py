@@ -68,8 +68,8 @@ _EXPORTER_GAP = re.compile(
 # A source location as torch prints it in messages.
 _LOCATION = re.compile(r'File "([^"]+)", line (\d+)|\(([^()\s]+\.py):(\d+) in \w+\)')
 # The model's own Python turning a size into a constant.
-_SIZE_TO_CONSTANT = re.compile(
-    r"\bint\([^)]*(?:\.shape\b|\.size\()|\.item\(\)|\.tolist\(\)|\bif\b[^\n]*(?:\.shape\b|\.size\()")
+# (Branches on a shape are left out: library models have many that fix nothing.)
+_SIZE_TO_CONSTANT = re.compile(r"\bint\([^)]*(?:\.shape\b|\.size\()|\.item\(\)|\.tolist\(\)")
 
 
 def _library_file(path: str) -> bool:
@@ -140,7 +140,7 @@ def blame_export(exc: BaseException, exporter: str) -> Blame:
 
 def size_to_constant_lines(model: Any) -> list[str]:
     """Lines of the model's own ``forward`` methods (not torch's) that turn a size into a Python
-    constant: ``int(x.shape[1])``, ``.item()``, ``.tolist()``, branches on ``.shape``."""
+    constant: ``int(x.shape[1])``, ``.item()``, ``.tolist()``."""
     found: list[str] = []
     seen: set[Any] = set()
     modules = model.modules() if hasattr(model, "modules") else [model]
