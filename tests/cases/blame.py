@@ -18,3 +18,10 @@ class FloorDivide(nn.Module):
 
 def floor_divide():
     return FloorDivide().eval(), (torch.arange(-7, 7).reshape(2, 7),)
+
+
+def mlp():
+    """Two Linear layers of 512 and 256 inputs: right at fp32, beyond the default tolerance at
+    bf16 (OpenVINO's CPU plugin on a CPU with bf16 kernels): ``runtime-precision``."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(512, 256), nn.GELU(), nn.Linear(256, 64)).eval(), (torch.randn(4, 512),)

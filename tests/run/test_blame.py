@@ -290,3 +290,14 @@ def test_the_drift_hint_needs_small_relative_errors():
     wrong = _rec("openvino", "ParityError: example shape: output 0: 5/14 elements beyond atol=0.0001 rtol=0.001; "
                              "max_abs=1 at [0, 1] (eager -3, runtime -2); max_rel=0.5")
     assert Annotator(xfail=[])(wrong).hint is None
+
+
+@pytest.mark.e2e
+def test_reduced_precision_failing_where_fp32_passes(tmp_path_factory):
+    run_dir = run_matrix(tmp_path_factory, "precision", "blame_precision.yaml")
+    rec = {r.runtime: r for r in read_records(run_dir / "results.jsonl")}["openvino"]
+    if rec.options.get("precision") != "bf16":
+        pytest.skip(f"this CPU has no bf16 kernels (OpenVINO ran at {rec.options.get('precision')})")
+    assert (rec.status, rec.stage) == (Status.FAIL, "parity"), rec.error
+    assert (rec.blame.party, rec.blame.repository) == ("runtime-precision", "openvinotoolkit/openvino"), rec.blame
+    assert rec.blame.rung("runtime-fp32")["outcome"] == rec.blame.rung("onnx-reference")["outcome"] == "agrees"
