@@ -14,6 +14,8 @@ assertions in tests. In one run:
   verdicts, same verdicts);
 - warm environment reuse and the latency loop's own floor (a no-op);
 - loading and planning a matrix of 10,000 and 100,000 case entries (seconds, growth).
+- the blame ladder's cost (``blame_cost``): seconds per failing cell, nothing on passing cells.
+  ``python -m harness.checks.bench blame-cost RUN_DIR`` prints it for any finished run.
 """
 from __future__ import annotations
 
@@ -171,6 +173,39 @@ def bench_matrix_run(config: Path, only: str, reports: Path, *args: str) -> tupl
     return stats, records
 
 
+def blame_cost(records: list[Record]) -> dict[str, Any]:
+    """What the blame ladder cost in a run: per failing cell (its ``duration_s['blame']``, the
+    ladder with its reference subprocess and, for exporter-blamed parity failures, the first
+    diverging node), and on passing cells (no blame, no time: the hook returns at once)."""
+    from harness.run.blame import diagnose
+
+    ran = [r for r in records if not r.cached_from]
+    failing = [r for r in ran if r.status.is_failure and r.stage not in (None, "latency")]
+    seconds = sorted(r.duration_s["blame"] for r in failing if "blame" in r.duration_s)
+    passing = [r for r in ran if r.status.passed]
+    verdict = sum(sum(r.duration_s.get(s, 0.0) for s in VERDICT_STAGES) for r in failing)
+    probe = passing[0] if passing else None
+    hook_us = None
+    if probe is not None:   # the hook on a passing record: what every passing cell pays
+        t0 = time.perf_counter()
+        for _ in range(10000):
+            diagnose(None, None, probe)
+        hook_us = round((time.perf_counter() - t0) / 10000 * 1e6, 3)
+    parties: dict[str, int] = {}
+    for r in failing:
+        if r.blame:
+            parties[r.blame.party] = parties.get(r.blame.party, 0) + 1
+    return {
+        "failing_cells": len(failing), "blamed": sum(1 for r in failing if r.blame), "parties": parties,
+        "blame_s_median": round(statistics.median(seconds), 3) if seconds else None,
+        "blame_s_max": round(seconds[-1], 3) if seconds else None,
+        "blame_s_total": round(sum(seconds), 2),
+        "blame_vs_failing_cells_stage_time": round(sum(seconds) / verdict, 3) if verdict else None,
+        "passing_cells": len(passing), "passing_with_blame": sum(1 for r in passing if r.blame or "blame" in r.duration_s),
+        "hook_on_passing_cell_us": hook_us,
+    }
+
+
 def verdicts(records: list[Record]) -> dict[str, tuple[str, str | None]]:
     return {r.cell_id: (r.status.value, r.stage) for r in records}
 
@@ -193,6 +228,7 @@ def bench_matrix(config: Path, only: str) -> dict[str, Any]:
         if parallel.get("verdict_phase_s") else None,
         "wall_speedup_jobs_2": round(serial["wall_s"] / parallel["wall_s"], 2),
         "jobs_same_verdicts": verdicts(rec1) == verdicts(rec2),
+        "blame": blame_cost(rec1),
         "cold_full_matrix": NOT_MEASURED + " (python -m harness matrix on matrix.yaml, see README)",
     }
 
@@ -304,6 +340,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
              ["matrix: verdict phase speed-up, jobs 2 vs 1", mx["verdict_phase_speedup_jobs_2"]],
              ["matrix: wall speed-up, jobs 2 vs 1", mx["wall_speedup_jobs_2"]],
              ["matrix: same verdicts, jobs 2 vs 1", mx["jobs_same_verdicts"]],
+             *[[f"blame (--fresh --jobs 1): {k}", v] for k, v in mx["blame"].items()],
              ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
     rows += [[f"latency loop floor: {k}", v] for k, v in results["timing_floor"].items()]
     scaling = results["plan_scaling"]
@@ -314,3 +351,11 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0
+
+
+if __name__ == "__main__":   # python -m harness.checks.bench blame-cost RUN_DIR
+    if len(sys.argv) == 3 and sys.argv[1] == "blame-cost":
+        print(json.dumps(blame_cost(read_records(Path(sys.argv[2]) / "results.jsonl")), indent=2))
+        sys.exit(0)
+    print("usage: python -m harness.checks.bench blame-cost RUN_DIR", file=sys.stderr)
+    sys.exit(2)

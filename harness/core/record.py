@@ -133,6 +133,51 @@ class Latency:
         return self.ci_low, self.ci_high
 
 
+# Who a failing cell is reported to (``Blame.party``) and the repository of each.
+PARTIES = ("exporter", "runtime-optimizer", "runtime-kernel", "runtime-precision", "model-code", "unknown")
+EXPORTER_REPOSITORIES = {"torchscript": "pytorch/pytorch", "dynamo": "pytorch/pytorch",
+                         "optimum": "huggingface/optimum"}
+RUNTIME_REPOSITORIES = {"ort": "microsoft/onnxruntime", "openvino": "openvinotoolkit/openvino",
+                        "tensorrt": "NVIDIA/TensorRT"}
+SPEC_REPOSITORY = "onnx/onnx"
+
+
+def runtime_repository(runtime: str) -> str | None:
+    """The repository a runtime's bugs are reported to ('ort-cpu' -> microsoft/onnxruntime)."""
+    return next((repo for prefix, repo in RUNTIME_REPOSITORIES.items() if runtime.startswith(prefix)), None)
+
+
+@dataclass
+class Blame:
+    """Whose bug a failing cell is (``harness.run.blame``): the party, the repository to report
+    it to (None for the model's own code), why, and the evidence: the rungs of the ladder, each
+    ``{rung, outcome, detail, seconds}`` (outcome: agrees, differs, fails, no-reference,
+    unavailable). ``source`` is the model's source line torch or the scan names; ``divergence``
+    the first ONNX node whose value differs from torch's (``harness.run.divergence``)."""
+
+    party: str
+    reason: str
+    repository: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    source: str | None = None
+    divergence: dict[str, Any] | None = None
+    seconds: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Blame":
+        known, extra = _split(cls, dict(data))
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {k: v for k, v in out.items() if v is not None and v != []}
+        return dict(sorted({**out, **self.extra}.items()))
+
+    def rung(self, name: str) -> dict[str, Any] | None:
+        return next((r for r in self.evidence if r.get("rung") == name), None)
+
+
 @dataclass
 class Record:
     run_id: str
@@ -170,6 +215,8 @@ class Record:
     # name (relative to the matrix file's folder where inside it) → content hash. A stored cell
     # stands for a new one only while each is unchanged (harness.core.files).
     case_files: dict[str, str] = field(default_factory=dict)
+    # Whose bug a failing cell is (records written before blame existed have none).
+    blame: Blame | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -185,6 +232,8 @@ class Record:
             self.parity = Parity.from_dict(self.parity)
         if isinstance(self.latency_ms, dict):
             self.latency_ms = Latency.from_dict(self.latency_ms)
+        if isinstance(self.blame, dict):
+            self.blame = Blame.from_dict(self.blame)
 
     @classmethod
     def for_cell(cls, run_id: str, key: CellKey, torch: str, env: str, status: Status,
@@ -200,6 +249,10 @@ class Record:
         out["status"] = self.status.value
         out["parity"] = self.parity.to_dict()
         out["latency_ms"] = self.latency_ms.to_dict()
+        if self.blame is None:
+            del out["blame"]   # records without blame are written as before
+        else:
+            out["blame"] = self.blame.to_dict()
         return out
 
     def to_json(self) -> str:
@@ -261,7 +314,7 @@ _OPTIONAL = {
     "cache_key": _OPT_STR, "cached_from": _OPT_STR,
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
-    "duration_s": _OPT_OBJ, "graph": _OPT_OBJ,
+    "duration_s": _OPT_OBJ, "graph": _OPT_OBJ, "blame": _OPT_OBJ,
     "case_files": (lambda v: v is None or (isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
     "notes": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
@@ -275,6 +328,12 @@ _LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv"
             "unstable": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
             "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
                         "a list of numbers")}
+
+
+_BLAME = {"party": _STR, "reason": _OPT_STR, "repository": _OPT_STR, "source": _OPT_STR,
+          "divergence": _OPT_OBJ, "seconds": _OPT_NUM,
+          "evidence": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+                       "a list of objects")}
 
 
 def _check(data: dict[str, Any], spec: dict[str, tuple], prefix: str = "") -> None:
@@ -303,7 +362,9 @@ def _validate(data: dict[str, Any]) -> None:
         _check(data["parity"], _PARITY, "parity.")
     if isinstance(data.get("latency_ms"), dict):
         _check(data["latency_ms"], _LATENCY, "latency_ms.")
-    for key in ("options", "parity", "latency_ms", "versions", "duration_s", "graph", "notes", "case_files"):
+    if isinstance(data.get("blame"), dict):
+        _check(data["blame"], _BLAME, "blame.")
+    for key in ("options", "parity", "latency_ms", "versions", "duration_s", "graph", "notes", "case_files", "blame"):
         if data.get(key) is None:
             data.pop(key, None)   # null means "absent": the dataclass default
     if not data.get("cell_id"):

@@ -98,6 +98,7 @@ class CellComparison:
                                                  "intervals": lat.intervals},
             "remeasured": self.remeasured, "notes": self.notes,
             **({"drift": self.drift.to_dict()} if self.drift is not None else {}),
+            **({"blame": self.cand.blame.to_dict()} if self.cand is not None and self.cand.blame else {}),
         }
 
 

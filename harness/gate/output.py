@@ -38,6 +38,15 @@ def _state(rec: Any, median: float | None = None) -> str:
     return f"{rec.status} ({rec.stage})" if rec.stage else rec.status
 
 
+def blame_text(c: CellComparison) -> str | None:
+    """Whose bug a failing candidate cell is ('blame: runtime-kernel (openvinotoolkit/openvino): ...')."""
+    blame = c.cand.blame if c.cand is not None and not c.cand.status.passed else None
+    if blame is None:
+        return None
+    repo = f" ({blame.repository})" if blame.repository else ""
+    return f"blame: {blame.party}{repo}: {blame.reason}"
+
+
 def _cell(text: str, limit: int = 140) -> str:
     return md_text(text, limit)
 
@@ -74,10 +83,13 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             detail = c.detail + (" (re-measured)" if c.remeasured else "")
             if c.notes:
                 detail += "; " + "; ".join(c.notes)
+            blame = blame_text(c)
+            if blame:
+                detail += f"; {blame}"
             before = _state(c.base, c.latency.base_median if c.latency else None)
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
-                         f"{_cell(after)} | {ratio} | {_cell(detail)} |")
+                         f"{_cell(after)} | {ratio} | {_cell(detail, 400 if blame else 140)} |")
     lines += drift_lines(cells)
     lines += ["", f"Baseline {md_code(base.label)} (runs {md_text(', '.join(base.runs)) or 'none'}), "
               f"candidate {md_code(cand.label)} (runs {md_text(', '.join(cand.runs)) or 'none'}). "
@@ -125,7 +137,8 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
         message = xml_text(f"{c.verdict.value}: {c.detail}".strip(": "))
         if c.verdict.blocking:
             failure = ET.SubElement(tc, "failure", message=message, type=c.verdict.value)
-            failure.text = "\n".join(filter(None, [message, xml_text(c.cand.repro) if c.cand else None]))
+            failure.text = "\n".join(filter(None, [message, xml_text(blame_text(c)),
+                                                    xml_text(c.cand.repro) if c.cand else None]))
         elif c.verdict is Verdict.NOT_COMPARABLE:
             ET.SubElement(tc, "skipped", message=message)
         elif c.verdict is not Verdict.UNCHANGED:

@@ -35,11 +35,35 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "floor": r.latency_ms.floor_ms,
             "max_abs": r.parity.max_abs, "reason": r.reason, "cell_id": r.cell_id,
             "bundle": r.bundle, "repro": r.repro,
+            "party": r.blame.party if r.blame else None,
+            "repository": r.blame.repository if r.blame else None,
+            "blame_reason": r.blame.reason if r.blame else None,
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
                "signature", "hint", "opset_actual", "latency", "floor", "max_abs", "reason", "cell_id",
-               "bundle", "repro"]
+               "bundle", "repro", "party", "repository", "blame_reason"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def root_cause_text(error: Any) -> Any:
+    """What a reader should see of an error: its root cause (after the last ``<-``) first, the
+    wrapper's type after it, so a generic wrapper ("TorchExportError: Failed to export the model
+    with torch.export. This is step 1/3…") never hides the cause."""
+    if not isinstance(error, str) or " <- " not in error:
+        return error
+    outer, root = error.split(" <- ", 1)[0], error.rsplit(" <- ", 1)[1]
+    return f"{root} (in {outer.split(':', 1)[0].strip()})"
+
+
+def blame_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Failing cells grouped by the party blamed (records without blame are left out)."""
+    bad = df[df["status"].isin(FAILED) & df["party"].notna()]
+    out = []
+    for (party, repo), grp in bad.groupby(["party", bad["repository"].fillna("")], sort=False):
+        out.append({"party": party, "repository": repo or None, "cells": len(grp),
+                    "reason": grp.iloc[0]["blame_reason"], "cell_ids": sorted(grp["cell_id"]),
+                    "idx": [int(i) for i in grp["idx"]] if "idx" in grp else []})
+    return sorted(out, key=lambda g: (-g["cells"], g["party"]))
 
 
 def latency_text(latency: float, floor: Any) -> str:

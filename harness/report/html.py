@@ -26,11 +26,13 @@ from harness.report import diagnosis, plots
 from harness.report.aggregate import (
     AXES,
     FAILED,
+    blame_groups,
     floor_note,
     history,
     latency_text,
     previous_run,
     records_frame,
+    root_cause_text,
     sorted_torch,
     status_changes,
     summaries,
@@ -119,6 +121,7 @@ def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None
         "histogram": latency_histogram(rec.latency_ms.samples),
         "versions": rec.versions, "duration_s": rec.duration_s, "graph": rec.graph,
         "repro": rec.repro, "bundle": rec.bundle, "log": log_excerpt(run_dir, rec),
+        **({"blame": rec.blame.to_dict()} if rec.blame else {}),
     })
 
 
@@ -144,7 +147,8 @@ def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
             r = by_torch.get(t)
             cells.append(None if r is None else {
                 "idx": int(r["idx"]), "status": r["status"], "text": html_cell_text(r),
-                "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9)})
+                "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9),
+                "party": _or_none(r["party"])})
         rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
                      "runtime": key[4], "cells": cells})
     return rows
@@ -155,8 +159,10 @@ def failure_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
     groups = []
     for sig, grp in bad.groupby("signature", sort=False, dropna=False):
         first = grp.iloc[0]
+        parties = sorted({p for p in grp["party"] if isinstance(p, str)})
         groups.append({"signature": _or_none(sig), "stage": _or_none(first["stage"]),
-                       "error": _or_none(first["error"]), "hint": _or_none(first["hint"]), "cells": len(grp),
+                       "error": _or_none(root_cause_text(first["error"])), "hint": _or_none(first["hint"]),
+                       "party": ", ".join(parties) or None, "cells": len(grp),
                        "torch": ", ".join(sorted_torch(grp["torch"])),
                        "idx": [int(i) for i in grp["idx"]]})
     return sorted(groups, key=lambda g: -g["cells"])
@@ -194,12 +200,14 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     torches = sorted_torch(df["torch"])
     changes = status_changes(previous[1], df) if previous is not None else None
     extras = diagnosis.cell_extras(run_dir, records)
+    blamed = any(r.blame for r in records)
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
-        failures=failure_groups(df), architectures=architectures_html(df), summaries={a: _table(t) for a, t in summaries(df).items()},
+        failures=failure_groups(df), blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
+        parties=sorted({p for p in df["party"] if isinstance(p, str)}), architectures=architectures_html(df), summaries={a: _table(t) for a, t in summaries(df).items()},
         previous_id=previous[0].run_id if previous else None,
         changes=None if changes is None else _records(changes),
         bumps=_records(torch_bumps(df)) if len(torches) > 1 else None,

@@ -12,9 +12,11 @@ from harness.core.run import RunMeta
 from harness.core.status import Status
 from harness.report.aggregate import (
     FAILED,
+    blame_groups,
     floor_note,
     latency_text,
     records_frame,
+    root_cause_text,
     status_changes,
     torch_bumps,
     torch_sort_key,
@@ -64,16 +66,38 @@ def failures_table(df: pd.DataFrame) -> str:
     bad = df[df["status"].isin(FAILED)]
     if bad.empty:
         return "No failures."
+    blamed = bool(bad["party"].notna().any())
     rows = []
     for sig, grp in bad.groupby("signature", sort=False, dropna=False):
         first = grp.iloc[0]
         where = ", ".join(sorted({f"{r.case}/{r.exporter}/op{r.opset}" for r in grp.itertuples()}))
         torches = ", ".join(sorted(grp["torch"].unique(), key=torch_sort_key))
-        rows.append([md_code(sig), _short(first["stage"], 10), _short(first["error"], 110),
-                     _short(first["hint"], 160), len(grp), md_text(torches), _short(where, 120)])
-    rows.sort(key=lambda r: -r[4])
-    return tabulate(rows, headers=["signature", "stage", "error", "hint", "cells", "torch", "where"],
-                    tablefmt="github")
+        row = [md_code(sig), _short(first["stage"], 10), _short(root_cause_text(first["error"]), 110),
+               _short(first["hint"], 160), len(grp), md_text(torches), _short(where, 120)]
+        if blamed:
+            parties = sorted({f"{p} ({r})" if isinstance(r, str) else p for p, r in zip(grp["party"], grp["repository"])
+                              if isinstance(p, str)})
+            row.insert(4, md_text(", ".join(parties)))
+        rows.append(row)
+    rows.sort(key=lambda r: -r[5 if blamed else 4])
+    headers = ["signature", "stage", "error", "hint", "cells", "torch", "where"]
+    if blamed:
+        headers.insert(4, "blame")
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def blame_section(df: pd.DataFrame) -> str:
+    """Failures grouped by the party blamed (only for runs whose records carry a blame)."""
+    groups = blame_groups(df)
+    if not groups:
+        return ""
+    rows = [[md_text(g["party"]), md_text(g["repository"] or "the model's own code" if g["party"] == "model-code"
+                                         else g["repository"] or "–"),
+             g["cells"], _short(g["reason"], 160), _short(", ".join(g["cell_ids"]), 200)] for g in groups]
+    table = tabulate(rows, headers=["party", "report to", "cells", "why (first cell)", "cell ids"], tablefmt="github")
+    return ("## Failures by blamed party\n\nWho a failing cell is reported to, from the blame ladder (the ONNX "
+            "reference evaluator, ONNX Runtime with optimisations off and on, the cell's runtime; see each "
+            f"cell's `blame`). Each bundle holds `repro.py` and `ISSUE.md`.\n\n{table}\n\n")
 
 
 def _short(text: Any, n: int) -> str:
@@ -130,6 +154,6 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     df = records_frame(records)
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
-            f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n"
+            f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
             f"{bumps_section(df)}{markdown_sections(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

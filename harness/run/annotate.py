@@ -97,13 +97,32 @@ def suggests_exporter(hint: str, exporter: str) -> bool:
 
 def hint_for(rec: Record, hints: list[tuple[re.Pattern[str], dict[str, Any]]]) -> str | None:
     """The first hint whose pattern matches the error, whose ``stage`` and ``exporter`` (when
-    given) are the cell's, and that does not suggest the exporter the cell already uses."""
+    given) are the cell's, that does not suggest the exporter the cell already uses, and whose
+    ``parties`` (when given) hold the party the cell's blame names (``requires_blame``: never
+    for a record without one): a hint is only given where the cell's own facts fit it."""
     for pattern, hint in hints:
         if (pattern.search(rec.error or "") and hint.get("stage", rec.stage) == rec.stage
                 and hint.get("exporter", rec.exporter) == rec.exporter
-                and not suggests_exporter(hint["hint"], rec.exporter)):
+                and not suggests_exporter(hint["hint"], rec.exporter)
+                and (rec.blame is None or rec.blame.party in hint.get("parties", [rec.blame.party]))
+                and (rec.blame is not None or not hint.get("requires_blame"))
+                and ("max_rel_below" not in hint or _max_rel(rec) < float(hint["max_rel_below"]))):
             return hint["hint"]
     return None
+
+
+_MAX_REL = re.compile(r"max_rel=([-+0-9.eE]+|inf|nan)")
+
+
+def _max_rel(rec: Record) -> float:
+    """The worst relative error of a parity failure: the record's, else the one its error names."""
+    if rec.parity.max_rel is not None:
+        return float(rec.parity.max_rel)
+    found = _MAX_REL.search(rec.error or "")
+    try:
+        return float(found.group(1)) if found else float("inf")
+    except ValueError:
+        return float("inf")
 
 
 class Annotator:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.core.paths import import_root
 from harness.core.record import Record
+from harness.run.repro import write_upstream
 from harness.run.stages import GroupContext
 
 
@@ -44,5 +45,6 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
     with contextlib.suppress(OSError):
         shutil.copy2(log_path, bundle_dir / "cell.log")
     rec.bundle = str(bundle_dir)
+    write_upstream(ctx, rec, bundle_dir)   # repro.py, ISSUE.md, ONNX test data
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
                  f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

@@ -141,10 +141,34 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
 
         return None, None, export_optimum(spec, opset, path, dynamic=dynamic,
                                           constant_folding=constant_folding)
+    if exporter not in ("torchscript", "dynamo"):
+        raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
+    supported = _export_kwargs_supported()
+    if exporter == "dynamo" and "dynamo" not in supported:
+        dims = spec.dynamic_dims if dynamic else {}
+        if dim_policy is not None:
+            raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
+        _export_dynamo_legacy(spec, path, dynamic=bool(dims))
+        return ("dynamic_shapes=True" if dims else None), None, None
+    args, kwargs, marking = export_arguments(spec, exporter, opset, dynamic, constant_folding, outputs,
+                                             dim_policy, supported)
+    result = torch.onnx.export(spec.model, args, str(path), **kwargs)
+    if exporter == "dynamo" and not path.exists() and result is not None:  # very early dynamo=True releases
+        result.save(str(path))
+    return marking, (result if exporter == "dynamo" else None), None
+
+
+def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = True,
+                     constant_folding: bool = True, outputs: list[str] | None = None,
+                     dim_policy: str | None = None,
+                     supported: set[str] | None = None) -> tuple[tuple, dict[str, Any], str | None]:
+    """The ``args`` and keyword arguments of the ``torch.onnx.export`` call a cell makes (besides
+    the model and the file), and how dynamic dims were marked (None when static): what the
+    export does and what a failing cell's ``repro.py`` writes out."""
     inputs = spec.example
     names = inputs.input_names()
     dims = spec.dynamic_dims if dynamic else {}
-    supported = _export_kwargs_supported()
+    supported = supported if supported is not None else _export_kwargs_supported()
     kwargs: dict[str, Any] = {"opset_version": opset, "input_names": names}
     if outputs:
         kwargs["output_names"] = outputs
@@ -155,15 +179,7 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         kwargs["do_constant_folding"] = constant_folding
         if dims:
             kwargs["dynamic_axes"] = _dynamic_axes(dims, inputs, spec.dynamic_axes_style)
-        torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
-        return (DYNAMIC_AXES if dims else None), None, None
-    if exporter != "dynamo":
-        raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
-    if "dynamo" not in supported:
-        if dim_policy is not None:
-            raise DimPolicyUnavailable(f"dim_policy {dim_policy!r} needs torch.onnx.export(dynamo=True)")
-        _export_dynamo_legacy(spec, path, dynamic=bool(dims))
-        return ("dynamic_shapes=True" if dims else None), None, None
+        return args, {**call, **kwargs}, (DYNAMIC_AXES if dims else None)
     kwargs["dynamo"] = True
     marking = dim_marking() if dim_policy is None else policy_marking(dim_policy)
     if dims and spec.dynamic_axes_style == "list" and dim_policy is None:
@@ -174,10 +190,7 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         kwargs["dynamic_shapes"] = dynamic_shapes(inputs, dims, marking, spec.model)
     if "verbose" in supported:
         kwargs["verbose"] = False
-    result = torch.onnx.export(spec.model, args, str(path), **call, **kwargs)
-    if not path.exists() and result is not None:  # very early dynamo=True releases
-        result.save(str(path))
-    return (marking if dims else None), result, None
+    return args, {**call, **kwargs}, (marking if dims else None)
 
 
 def dynamic_shapes(inputs: CaseInputs, dims: dict[Key, Dims], marking: str, model: Any) -> tuple:

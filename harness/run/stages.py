@@ -131,6 +131,7 @@ class GroupContext:
         self.output_paths: list[tuple] = []
         self.second_shape: dict[str, Any] | None = None   # how the second shape was checked
         self.dim_marking: str | None = None
+        self.program: Any = None
 
     @property
     def dims(self) -> dict:
@@ -160,6 +161,7 @@ class GroupContext:
                 self.dim_marking, program, facts = exp.export_model(
                     self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
                     constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy)
+                self.program = program   # torch.onnx's ONNXProgram (dynamo): node values for a blame
             with stage(Stage.CHECK, self.durations):
                 self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {})}
                 # dims the case declared dynamic that the exporter fixed

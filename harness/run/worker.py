@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator
 
 from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
 from harness.core.status import Status
+from harness.run.blame import diagnose
 from harness.run.bundle import write_bundle
 from harness.run.loaded import CaseFiles, expand_declared
 from harness.run.stages import (
@@ -256,6 +257,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                 with logs.block(group.gid, log_path):
                     print(f"=== cell {cell.cell_id} ===", flush=True)
                     rec = run_cell(ctx, cell, versions)
+                    diagnose(ctx, cell, rec)   # a failing cell's blame (nothing on a pass)
                     rec.log = str(log_path)
                     rec.case_files = dict(case_files)
                     if rec.status is Status.FAIL and job.bundles:

@@ -171,3 +171,42 @@ def test_details_show_drift_fixed_dims_reduction_and_bundle_links(browser, tmp_p
     again = Watched(browser, (run_dir / "matrix.html").as_uri() + "#cell=torch2.13.0-m-dynamo-op18-dim-named-ort-cpu")
     assert again.page.locator("dialog#details .d-extra").count() == 1
     assert w.problems == [] and again.problems == [] and w.dialogs == []
+
+
+def test_blame_filter_and_ladder_in_details(browser, tmp_path):
+    """A run whose failing cells carry a blame: the blame filter keeps the rows with that party's
+    cells, and a cell's details show the party, the repository and the ladder's rungs."""
+    from harness.core.cell import CellKey
+    from harness.core.record import Blame, Record, append_record
+    from harness.core.run import RunMeta
+    from harness.core.status import Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    RunMeta(run_id="r1", started=1.0, finished=True).write(run_dir)
+    kernel = Record.for_cell("r1", CellKey("lstm", "torchscript", 17, "openvino"), "2.13.0", "e", Status.FAIL,
+                             stage="parity", error="ParityError: example shape: output 0: 48/180 elements beyond",
+                             blame=Blame("runtime-kernel", "openvino fails where ONNX Runtime agrees with eager",
+                                         "openvinotoolkit/openvino",
+                                         [{"rung": "onnx-reference", "outcome": "no-reference", "detail": "sequence_lens"},
+                                          {"rung": "ort-disable-all", "outcome": "agrees", "detail": ""}]))
+    model = Record.for_cell("r1", CellKey("flat", "dynamo", 17, "ort-cpu"), "2.13.0", "e", Status.FAIL,
+                            stage="run", error="SecondShapeError: at second shape",
+                            blame=Blame("model-code", "seq was fixed", None, [], source="m.py:20: n = int(x.shape[1])"))
+    ok = Record.for_cell("r1", CellKey("conv", "dynamo", 17, "ort-cpu"), "2.13.0", "e", Status.PASS)
+    for rec in (kernel, model, ok):
+        append_record(run_dir / "results.jsonl", rec)
+    write_reports(run_dir, [kernel, model, ok], RunMeta(run_id="r1", started=1.0, finished=True), None)
+    w = Watched(browser, (run_dir / "matrix.html").as_uri())
+    page = w.page
+    assert "openvinotoolkit/openvino" in page.inner_text("#blame-section")
+    assert w.visible_rows() == 3
+    page.select_option("select[data-party-filter]", "runtime-kernel")
+    assert w.visible_rows() == 1 and page.locator("#matrix tbody tr:visible td").first.inner_text() == "lstm"
+    page.select_option("select[data-party-filter]", "")
+    assert w.visible_rows() == 3
+    page.click("#matrix td[data-party='runtime-kernel']")
+    body = page.inner_text("dialog#details .d-blame")
+    assert "runtime-kernel · report to openvinotoolkit/openvino" in body
+    assert "onnx-reference" in body and "no-reference" in body and "ort-disable-all" in body
+    assert w.problems == [] and w.dialogs == []
