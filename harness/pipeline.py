@@ -236,6 +236,6 @@ def costs_block(plan: Plan, costs: Costs) -> dict:
 
 
 def _console():
-    from rich.console import Console
+    from harness.console import console
 
-    return Console(stderr=True, highlight=False)
+    return console

@@ -15,7 +15,7 @@ HARNESS = ROOT / "harness"
 # Layers in the order data flows; a module may import from its own layer and those before it.
 LAYERS = [
     {"core"},
-    {"probes", "runtimes"},
+    {"probes", "runtimes", "console"},
     {"matrix"},
     {"envs"},
     {"store"},

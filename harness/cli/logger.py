@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+from harness.console import console
 
-console = Console(stderr=True, highlight=False)
+__all__ = ["console", "error", "result", "say"]
 
 
 def say(message: str) -> None:

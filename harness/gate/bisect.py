@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from packaging.version import InvalidVersion, Version
-from rich.console import Console
 
+from harness.console import console
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Stage, Status
@@ -32,7 +32,6 @@ from harness.matrix.rules import ConfigError
 from harness.store.provenance import fingerprint
 
 RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v{version}"
-console = Console(stderr=True, highlight=False)
 
 
 # ---- the releases -----------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
 
+from harness.console import console
 from harness.core.cell import CellKey
 from harness.core.record import Record, read_records
 from harness.core.status import Status
@@ -39,7 +39,6 @@ from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
 from harness.store.provenance import fingerprint
 
-console = Console(stderr=True)
 
 
 @dataclass

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import psutil
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -30,6 +29,7 @@ from rich.progress import (
 )
 
 from harness import __version__
+from harness.console import console
 from harness.core.job import PHASE_LATENCY, PHASE_VERDICTS, SPOOL_DIR, Job
 from harness.core.record import (
     Record,
@@ -67,7 +67,6 @@ from harness.store.runs import (
     update_index,
 )
 
-console = Console(stderr=True)
 # --fresh: None takes unchanged cells from the store; "latency": all but passing ones (those run
 # again, for a fresh timing); "all": every cell runs.
 FRESH_ALL, FRESH_LATENCY = "all", "latency"
