@@ -19,7 +19,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+try:
+    import onnxruntime  # noqa: F401 - direct_verdict imports it; the helpers used here do not need it
+    _stub = False
+except ImportError:      # the Node.js environment has no Python ONNX Runtime: a stub for that import only
+    import types
+
+    sys.modules["onnxruntime"], _stub = types.ModuleType("onnxruntime"), True
 from direct_verdict import WORKDIR, export_plain, flat, grow_structured, leaves, load, read_case, resolve
+
+if _stub:
+    del sys.modules["onnxruntime"]   # torch.onnx must not find it
 
 warnings.filterwarnings("ignore")
 HERE = Path(__file__).resolve().parent
@@ -96,6 +106,9 @@ def run_node(backend, path, feeds_list):
                 (Path(tmp) / f"in{i}.bin").write_bytes(arr.tobytes())
                 meta.append({"name": name, "dtype": str(arr.dtype), "dims": list(arr.shape), "file": f"in{i}.bin"})
             (Path(tmp) / "inputs.json").write_text(json.dumps(meta))
+            g = onnx.load(path, load_external_data=False).graph   # external data a page must hand over
+            (Path(tmp) / "external.json").write_text(json.dumps(sorted(
+                {e.value for i in g.initializer for e in i.external_data if e.key == "location"})))
             proc = subprocess.run(["node", str(HERE / "direct_node.mjs"), backend, os.environ["NODE_MODULES"],
                                    path, tmp], capture_output=True, text=True, timeout=300)
             reply = json.loads((Path(tmp) / "outputs.json").read_text()) if (Path(tmp) / "outputs.json").exists() \
