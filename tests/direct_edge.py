@@ -42,6 +42,9 @@ def case_function(item):
     return getattr(__import__(module, fromlist=[fn]), fn)
 
 
+EXTRA: dict = {}   # what a runner reports beside the outputs (ort-openvino: nodes per provider)
+
+
 class Refused(Exception):
     def __init__(self, stage, error):
         super().__init__(error)
@@ -78,9 +81,12 @@ def run_opencv(path, feeds_list):
 def run_ort_openvino(path, feeds_list):
     import onnxruntime as ort
 
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True          # the first run's profile: which provider ran each node
+    opts.profile_file_prefix = str(WORKDIR / "ovep")
     try:
-        sess = ort.InferenceSession(path, providers=[("OpenVINOExecutionProvider", {"device_type": "CPU"}),
-                                                     "CPUExecutionProvider"])
+        sess = ort.InferenceSession(path, opts, providers=[("OpenVINOExecutionProvider", {"device_type": "CPU"}),
+                                                           "CPUExecutionProvider"])
     except Exception as e:
         raise Refused("load", str(e)) from None
     if sess.get_providers()[0] != "OpenVINOExecutionProvider":
@@ -92,6 +98,12 @@ def run_ort_openvino(path, feeds_list):
             out.append(sess.run(None, {n: feeds[n] for n in names}))
         except Exception as e:
             raise Refused("run", str(e)) from None
+        if "placement" not in EXTRA:
+            nodes = {}
+            for e in json.loads(Path(sess.end_profiling()).read_text()):
+                if e.get("cat") == "Node" and e.get("args", {}).get("provider"):
+                    nodes.setdefault(e["args"]["provider"], set()).add(e["name"].replace("_kernel_time", ""))
+            EXTRA["placement"] = {p: len(v) for p, v in nodes.items()}
     return out
 
 
@@ -157,6 +169,7 @@ def verdict(runtime, item) -> dict:
             feeds_list.append({n: values[n].numpy() for n in graph_inputs})
         else:
             feeds_list.append(dict(zip(graph_inputs, (t.numpy() for t in values.values()))))
+    EXTRA.clear()
     try:
         outs = RUNNERS[runtime](path, feeds_list)
     except Refused as e:
@@ -169,7 +182,7 @@ def verdict(runtime, item) -> dict:
                 np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
         except AssertionError as e:
             return {"stage": "parity", "status": "fail", "error": str(e)[:300]}
-    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs)}
+    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), **EXTRA}
 
 
 if __name__ == "__main__":
