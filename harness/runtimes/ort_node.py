@@ -64,6 +64,7 @@ class OrtJsAdapter(RuntimeAdapter):
         if self.precision != "fp32":
             raise RuntimeUnavailable(f"{self.name} runs the graph's own precision; precision "
                                      f"{self.precision} is not applied by this runtime")
+        type(self)._last_version = self.npm_version     # the cell's version, even if it fails to install
         self._modules, install = node_host.ensure_packages(self.npm_package, self.npm_version)
         self._bound: tuple[list, list] | None = None
         self._restarts = 0

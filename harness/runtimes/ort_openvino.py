@@ -22,6 +22,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -36,6 +37,40 @@ OPENVINO_EP = "OpenVINOExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 PACKAGE = "onnxruntime-openvino"
 PRECISIONS = {"fp32": "FP32", "fp16": "FP16"}
+
+
+class OrtOpenVinoError(RuntimeError):
+    """An ONNX Runtime / OpenVINO EP error, its message reduced to what the matrix should show."""
+
+
+# "/onnxruntime/.../basic_backend.cc:136 onnxruntime::openvino_ep::BasicBackend::BasicBackend(...) "
+# up to the EP's own "[OpenVINO-EP]" words; OpenVINO's "Exception from src/...:53:" lines.
+_CPP_FRAMES = re.compile(r"/\S+\.(?:cc|cpp|h):\d+ .*?(?=\[OpenVINO-EP\])")
+_LOCATION_LINE = re.compile(r"^(Exception from \S+:\d+:?|Check '.*' failed at \S+:\d+:?)$")
+
+
+def summarise_error(text: str) -> str:
+    """ONNX Runtime's first line without the C++ frames the EP prints, then OpenVINO's own
+    message lines without their source locations."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return text.strip()
+    head = re.sub(r"Exception from \S+:\d+:\s*", "", _CPP_FRAMES.sub("", lines[0]))
+    head = re.sub(r"\s+", " ", head).strip()
+    rest = [ln for ln in lines[1:] if not _LOCATION_LINE.match(ln)]
+    return " ".join([head, *rest])
+
+
+def call_readably(fn, *args: Any) -> Any:
+    """``fn(*args)``; an ONNX Runtime error re-raised summary first, full text after (the log keeps
+    it), outside the ``except`` block so the record's error is not the chained original."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's pybind errors share no useful base
+        if isinstance(exc, (RuntimeUnavailable, MemoryError)):
+            raise
+        error = OrtOpenVinoError(f"{summarise_error(str(exc))}\n{exc}")
+    raise error
 
 
 def placement_from_profile(events: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, float]]:
@@ -104,8 +139,8 @@ class OrtOpenVinoAdapter(RuntimeAdapter):
         opts.enable_profiling = True
         opts.profile_file_prefix = str(Path(self._profile_dir) / "profile")
         self._profiling = True
-        self.session = ort.InferenceSession(str(self.model_path), opts,
-                                            providers=[(self.provider, self.provider_options()), CPU_EP])
+        self.session = call_readably(ort.InferenceSession, str(self.model_path), opts,
+                                     [(self.provider, self.provider_options()), CPU_EP])
         active = self.session.get_providers()
         self.facts.update({"providers": active, "provider_options": self.provider_options(),
                            "onnxruntime": ort.__version__})
@@ -115,7 +150,7 @@ class OrtOpenVinoAdapter(RuntimeAdapter):
         return [i.name for i in self.session.get_inputs()]
 
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        outputs = self.session.run(None, feeds)
+        outputs = call_readably(self.session.run, None, feeds)
         if self._profiling:
             self._read_placement()
         return outputs

@@ -75,3 +75,22 @@ def test_cpu_fallback_is_refused_and_a_mostly_cpu_graph_gets_a_note(ov_python, t
     assert got["refused"].startswith("ProviderFallbackError: ONNX Runtime did not activate OpenVINOExecutionProvider")
     assert got["facts"]["placement"] == {"CPUExecutionProvider": 3, "OpenVINOExecutionProvider": 1}
     assert "runs mostly on the fall-back CPUExecutionProvider: 3 of the file's 4 nodes" in got["facts"]["notes"][0]
+
+
+def test_ep_errors_keep_openvinos_words_without_cpp_frames():
+    from harness.runtimes.ort_openvino import summarise_error
+
+    # as ONNX Runtime 1.24.1 / OpenVINO EP raised it for repeat_interleave (TorchScript, opset 18)
+    text = ("[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime/onnxruntime/core/providers/"
+            "openvino/backends/basic_backend.cc:136 onnxruntime::openvino_ep::BasicBackend::BasicBackend(std::unique_ptr"
+            "<onnx::ModelProto>&, onnxruntime::openvino_ep::SessionContext&) /onnxruntime/onnxruntime/core/providers/"
+            "openvino/ov_interface.cc:28 auto onnxruntime::openvino_ep::OvExceptionBoundary(Func&&) [with bool typed = "
+            "false] [OpenVINO-EP] Exception while Loading Network for graph OpenVINOExecutionProvider_OpenVINO-EP-"
+            "subgraph_23_0: Exception from src/inference/src/cpp/core.cpp:114:\n"
+            "Exception from src/inference/src/dev/plugin.cpp:53:\n"
+            "Check '!shape.rank().is_dynamic()' failed at src/plugins/intel_cpu/src/node.cpp:106:\n"
+            "Unexpected: CPU plug-in doesn't support Parameter operation with dynamic rank. Operation name: /SequenceAt_output_0\n")
+    assert summarise_error(text) == (
+        "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: [OpenVINO-EP] Exception while Loading "
+        "Network for graph OpenVINOExecutionProvider_OpenVINO-EP-subgraph_23_0: Unexpected: CPU plug-in doesn't "
+        "support Parameter operation with dynamic rank. Operation name: /SequenceAt_output_0")
