@@ -42,6 +42,7 @@ def case_function(item):
     return getattr(__import__(module, fromlist=[fn]), fn)
 
 
+THREADS = int(os.environ.get("THREADS", "1"))   # as the matrices here run (threads: 1)
 EXTRA: dict = {}   # what a runner reports beside the outputs (ort-openvino: nodes per provider)
 
 
@@ -82,11 +83,13 @@ def run_ort_openvino(path, feeds_list):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS
     opts.enable_profiling = True          # the first run's profile: which provider ran each node
     opts.profile_file_prefix = str(WORKDIR / "ovep")
     try:
-        sess = ort.InferenceSession(path, opts, providers=[("OpenVINOExecutionProvider", {"device_type": "CPU"}),
-                                                           "CPUExecutionProvider"])
+        # the matrix's configuration: one thread (THREADS), fp32
+        sess = ort.InferenceSession(path, opts, providers=[("OpenVINOExecutionProvider", {
+            "device_type": "CPU", "precision": "FP32", "num_of_threads": THREADS}), "CPUExecutionProvider"])
     except Exception as e:
         raise Refused("load", str(e)) from None
     if sess.get_providers()[0] != "OpenVINOExecutionProvider":
