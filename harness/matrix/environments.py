@@ -52,9 +52,16 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
                                  ("onnxscript", torch_spec.onnxscript),
                                  ("protobuf", torch_spec.protobuf)) if v}}
     packages = [f"torch=={torch_spec.version}"] + [_req(k, v) for k, v in sorted(pins.items())]
+    runtime_options = {}
     for r in members:
         ri = runtime_info(r.name)
-        packages.append(f"{ri.package}=={r.version or ri.default_version}")
+        runtime_options[r.label] = dict(r.options)
+        if ri.registry == "npm":
+            # An npm package: the worker's adapter installs it from the kept lockfile; the
+            # version reaches it (and the cells' cache keys) through the runtime's options.
+            runtime_options[r.label]["npm_version"] = r.version or ri.default_version
+        else:
+            packages.append(f"{ri.package}=={r.version or ri.default_version}")
         packages.extend(ri.extra_packages)
     packages.extend(torch_spec.extras)
     packages = list(dict.fromkeys(packages))
@@ -63,7 +70,7 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
         name="", torch=torch_spec.version, python=torch_spec.python or install.python,
         family=info.family, packages=packages, runtimes=[r.label for r in members],
         needs_gpu=any(runtime_info(r.name).needs_gpu for r in members),
-        runtime_options={r.label: r.options for r in members},
+        runtime_options=runtime_options,
         find_links=[p for p in dict.fromkeys([*install.find_links,
                                               *(pip_find_links() if install.use_pip_config and not info.needs_gpu else [])])
                     if Path(p).exists()],

@@ -14,6 +14,10 @@ so a record stays small and the gate's rank test still sees the whole distributi
 
 Worker side: standard library only (no scipy in the environments); the interval is checked
 against ``scipy.stats.binom`` in the tests.
+
+A timed call with ``self_timed = True`` (a runtime in another process that times itself, such as
+Node.js around ``session.run``) returns the seconds of one inference: that is the sample; the
+protocol's own clock then only bounds the windows and caps.
 """
 from __future__ import annotations
 
@@ -81,15 +85,16 @@ def bounded_sample(samples: Sequence[float], keep: int = MAX_KEPT) -> list[float
 def warm_up(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[int, bool]:
     """Call ``fn`` until consecutive window medians agree; returns (calls, whether stable)."""
     p = protocol
+    self_timed = getattr(fn, "self_timed", False)
     start = window_start = time.perf_counter()
     medians: list[float] = []
     window: list[float] = []
     n = 0
     while True:
         t0 = time.perf_counter()
-        fn()
+        reported = fn()
         t1 = time.perf_counter()
-        window.append(t1 - t0)
+        window.append(reported if self_timed else t1 - t0)
         n += 1
         if len(window) >= p.warmup_window_runs and t1 - window_start >= p.warmup_window_s:
             medians.append(statistics.median(window))
@@ -105,14 +110,15 @@ def warm_up(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[int, bool
 def take_samples(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[list[float], str]:
     """Time single calls (milliseconds) until the median converges or a cap; (samples, stop)."""
     p = protocol
+    self_timed = getattr(fn, "self_timed", False)
     samples: list[float] = []
     start = time.perf_counter()
     next_check = p.min_runs
     while True:
         t0 = time.perf_counter()
-        fn()
+        reported = fn()
         t1 = time.perf_counter()
-        samples.append((t1 - t0) * 1e3)
+        samples.append((reported if self_timed else t1 - t0) * 1e3)
         n = len(samples)
         if n >= next_check and t1 - start >= p.min_time_s:
             if converged(sorted(samples), p.rel_ci, p.confidence):

@@ -289,6 +289,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
         if adapter is not None:
             rec.versions.setdefault("runtime", adapter_cls.version())
             rec.options["precision"] = adapter.facts.get("precision", g.options.precision)
+            rec.notes.extend(adapter.facts.get("notes", []))   # what the runtime says of the run
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
             with contextlib.suppress(Exception):
                 adapter.deactivate()

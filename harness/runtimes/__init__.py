@@ -22,6 +22,7 @@ class RuntimeInfo:
     family: str          # runtimes of one family share an environment
     extra_packages: tuple[str, ...] = ()
     needs_gpu: bool = False
+    registry: str = "pypi"  # "npm": the package is an npm one, installed by the adapter
 
 
 RUNTIMES: dict[str, RuntimeInfo] = {
@@ -30,6 +31,19 @@ RUNTIMES: dict[str, RuntimeInfo] = {
     # OpenVINO's wheel bundles its CPU plugin and needs only numpy: it shares the CPU env.
     "openvino": RuntimeInfo("openvino", "harness.runtimes.openvino:OpenVinoAdapter",
                             "openvino", "2026.4.1", family="cpu"),
+    # opencv-python-headless needs only numpy: it shares the CPU env (and its exported files).
+    "opencv-dnn": RuntimeInfo("opencv-dnn", "harness.runtimes.opencv_dnn:OpenCvDnnAdapter",
+                              "opencv-python-headless", "5.0.0.93", family="cpu"),
+    # ONNX Runtime for JavaScript: npm packages (installed per environment from the lockfiles in
+    # runtimes/node/locks), run by one Node.js process per worker. No pip package: the version
+    # pins the npm package. They share an environment (and its exported files) of their own.
+    "ort-node": RuntimeInfo("ort-node", "harness.runtimes.ort_node:OrtNodeAdapter",
+                            "onnxruntime-node", "1.30.0", family="node", registry="npm"),
+    "ort-web": RuntimeInfo("ort-web", "harness.runtimes.ort_web:OrtWebAdapter",
+                           "onnxruntime-web", "1.30.0", family="node", registry="npm"),
+    # onnxruntime-openvino installs the `onnxruntime` module itself: a family of its own.
+    "ort-openvino": RuntimeInfo("ort-openvino", "harness.runtimes.ort_openvino:OrtOpenVinoAdapter",
+                                "onnxruntime-openvino", "1.24.1", family="ort-openvino"),
     # onnxruntime-gpu 1.31 and torch 2.13 (PyPI) are both CUDA 13 builds: the nvidia-* wheels that
     # torch installs are the CUDA/cuDNN libraries ORT preloads, so no extra CUDA packages here.
     # Its import name clashes with onnxruntime, hence a family of its own.

@@ -39,10 +39,12 @@ RECIPES = {r.name: r for r in (
     Recipe("ort-cuda", "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu22.04", gpu=True),
     Recipe("tensorrt", "nvcr.io/nvidia/tensorrt:24.12-py3", gpu=True),
     Recipe("openvino", "openvino/ubuntu22_runtime:2025.3.0", gpu=False),
+    Recipe("ort-openvino", "python:3.11-slim", gpu=False),
+    Recipe("node", "python:3.11-slim", gpu=False),   # ort-node / ort-web: Node.js + npm packages
 )}
 # A family shared by several runtimes uses the first recipe that hosts all of them; the pip
 # wheels carry each runtime, so the base only adds system libraries (CUDA, OpenVINO's plugins).
-FAMILY_DEFAULT = {"cpu": "ort-cpu", "gpu": "ort-cuda"}
+FAMILY_DEFAULT = {"cpu": "ort-cpu", "gpu": "ort-cuda", "node": "node", "ort-openvino": "ort-openvino"}
 
 
 def recipe_for(spec: "EnvSpec") -> Recipe:

@@ -200,6 +200,13 @@
       kv(gs, [["nodes", g.nodes], ["bytes", g.bytes], ["ir_version", g.ir_version], ["opset_imports", g.opset_imports],
               ["producer", g.producer], ["inputs", g.inputs], ["outputs", g.outputs]]);
       if (g.ops) opBars(gs, g.ops);
+      var rf = g.runtime_facts || {};
+      if (Object.keys(rf).length) {
+        // what the runtime reports it ran: providers, nodes per provider, precision, versions
+        var first = ["providers", "placement", "placement_time_share"];
+        kv(section(body, "Runtime"), first.map(function (k) { return [k, rf[k]]; }).concat(
+          Object.entries(rf).filter(function (e) { return first.indexOf(e[0]) < 0 && e[0] !== "notes"; })));
+      }
     }
     if (c.versions && Object.keys(c.versions).length) kv(section(body, "Versions"), Object.entries(c.versions));
     if (c.duration_s && Object.keys(c.duration_s).length) kv(section(body, "Stage wall time (s)"), Object.entries(c.duration_s));

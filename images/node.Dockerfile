@@ -1,0 +1,48 @@
+# ONNX Runtime for Node.js and the web (ort-node, ort-web): environment image. Node.js and npm
+# come from the distribution; the npm packages from the lockfiles in harness/runtimes/node/locks. harness/docker_images.py passes every ARG from the
+# environment spec (the venv provider's package list); defaults name the public base.
+# Build context: a staged folder holding images/, harness/ and wheels/ (local wheels, maybe empty).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+
+ARG PYTHON=3.11
+ARG TORCH_VERSION=2.13.0
+ARG COMPANION_PACKAGES="numpy==2.4.6 onnx==1.23.2 onnxscript==0.7.2"
+ARG RUNTIME_PACKAGES=""
+ARG NODE_PACKAGES="onnxruntime-node-1.30.0 onnxruntime-web-1.30.0"
+ARG EXTRA_PACKAGES=""
+
+# Bases differ in their default user (OpenVINO's is not root); installing needs root.
+USER 0
+# One layer for Python + packages: secrets, uv, wheels, scripts and uv's cache are mounts only.
+RUN --mount=type=bind,source=images/scripts,target=/tmp/scripts \
+    --mount=type=bind,source=tools,target=/tmp/tools \
+    --mount=type=bind,source=wheels,target=/tmp/wheels \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=index \
+    --mount=type=cache,target=/root/.cache/uv \
+    sh /tmp/scripts/install-env.sh "${PYTHON}" "torch==${TORCH_VERSION}" \
+        ${COMPANION_PACKAGES} ${RUNTIME_PACKAGES} ${EXTRA_PACKAGES}
+# npm's cache is a mount too: the packages land in the layer, the tarballs do not.
+RUN --mount=type=bind,source=images/scripts,target=/tmp/scripts \
+    --mount=type=bind,source=harness/runtimes/node/locks,target=/tmp/locks \
+    --mount=type=cache,target=/root/.npm \
+    sh /tmp/scripts/install-node-packages.sh /tmp/locks ${NODE_PACKAGES}
+
+# Declared after the install: an ARG in scope is part of every later RUN's cache key, and a
+# harness change must not reinstall torch.
+ARG HARNESS_HASH=unknown
+# The harness is not installed: like the venv provider, the worker finds it on PYTHONPATH.
+COPY harness /opt/harness/harness
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/opt/harness \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+LABEL org.opencontainers.image.title="torch-onnx-matrix node environment" \
+      torch-onnx-matrix.family="node" \
+      torch-onnx-matrix.torch="${TORCH_VERSION}" \
+      torch-onnx-matrix.harness="${HARNESS_HASH}"
+# Containers run as the invoking user's uid (files in the run directory stay theirs); nobody here.
+USER 65534:65534
+WORKDIR /tmp
+CMD ["python", "-m", "harness.run.worker", "--help"]
