@@ -66,6 +66,9 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "name": "the case's name in cell ids (default: the function's name)",
         "atol": "absolute tolerance of parity (default: the function's `atol`, else 1e-4)",
         "rtol": "relative tolerance of parity (default: the function's `rtol`, else 1e-3)",
+        "data_files": "files the case reads that it does not import (weights, configs, vocabularies): "
+                      "paths or globs relative to the matrix file; a change re-runs the case's cells "
+                      "([Cell cache](cache.md))",
     },
     "OptionsAxes": {
         "constant_folding": "export with `do_constant_folding` on and/or off",
@@ -158,6 +161,11 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "finished_at": "when the cell finished (Unix time)",
         "cache_key": "digest of everything that decides the result (null: never reused)",
         "cached_from": "the run it was taken from by the cell cache",
+        "case_files": "every file the case loaded from outside the environment (modules it imported, "
+                      "files it opened, declared data files) → content hash; a stored cell is reused "
+                      "only while each is unchanged ([Cell cache](cache.md))",
+        "blame": "whose bug a failing cell is: `{party, repository, reason, evidence, source, "
+                 "divergence, seconds}` ([Blame](blame.md)); none on passing cells and older records",
     },
     "Parity": {
         "max_abs": "largest absolute difference from eager over every output and shape",

@@ -27,6 +27,7 @@ FOREIGN = {
     "--strict": "mkdocs build", "--offline": "zizmor", "--no-deps": "pip/uv", "--gpus": "docker",
     "--init": "docker", "--system-site-packages": "uv venv", "--python": "uv", "--extra-index-url": "pip",
     "--index-url": "pip", "--find-links": "pip", "--from": "uvx", "--hash": "pip (requirements files)",
+    "--ignore-scripts": "npm ci", "--prefer-offline": "npm ci", "--no-venv": "nox",
 }
 
 

@@ -125,9 +125,12 @@ def test_new_keys_at_their_default_keep_the_matrix_hash():
     before = {k: v for k, v in MATRIX.model_dump(mode="json").items()
               if k not in ("cell_memory_mb", "log_max_mb", "reduce", "reduce_timeout_s", "jobs")}
     before["options"] = {k: v for k, v in before["options"].items() if k != "dim_policy"}
+    before["cases"] = [{k: v for k, v in c.items() if k != "data_files"} for c in before["cases"]]
     old_hash = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
     assert matrix_hash(MATRIX) == old_hash
     assert matrix_hash(MATRIX.model_copy(update={"cell_memory_mb": 1000})) != old_hash
+    declared = MATRIX.model_copy(update={"cases": [MATRIX.cases[0].model_copy(update={"data_files": ["w/*"]})]})
+    assert matrix_hash(declared) != old_hash
     # jobs says how a run is scheduled, never what it finds: a run resumes with another jobs.
     assert matrix_hash(MATRIX.model_copy(update={"jobs": 7})) == old_hash
 
