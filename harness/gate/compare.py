@@ -14,7 +14,7 @@ from typing import Any
 from harness.core.cell import CellKey
 from harness.core.files import differing_case_files
 from harness.core.record import Record
-from harness.core.status import Status
+from harness.core.status import Stage, Status
 from harness.gate.sources import Side
 from harness.gate.stats import (
     DEFAULT_ALPHA,
@@ -34,6 +34,7 @@ DEFAULT_PARITY_FACTOR = 0.5
 
 class Verdict(str, enum.Enum):
     NEW_FAILURE = "new failure"
+    FAILS_EARLIER = "fails earlier"         # failed before too, now at an earlier stage
     PARITY_DRIFT = "parity drift"
     INTERFACE_CHANGE = "interface change"   # only with --block-on io
     SLOWER = "slower"
@@ -47,12 +48,13 @@ class Verdict(str, enum.Enum):
 
     @property
     def blocking(self) -> bool:
-        return self in (Verdict.NEW_FAILURE, Verdict.PARITY_DRIFT, Verdict.INTERFACE_CHANGE, Verdict.SLOWER)
+        return self in (Verdict.NEW_FAILURE, Verdict.FAILS_EARLIER, Verdict.PARITY_DRIFT,
+                        Verdict.INTERFACE_CHANGE, Verdict.SLOWER)
 
     @property
     def mark(self) -> str:
         """asv compare's change column: ! failed, + worse, - better, x not comparable."""
-        return {Verdict.NEW_FAILURE: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
+        return {Verdict.NEW_FAILURE: "!", Verdict.FAILS_EARLIER: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
                 Verdict.INTERFACE_CHANGE: "+",
                 Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
                 Verdict.XPASS: "?"}.get(self, " ")
@@ -133,12 +135,24 @@ def compare_statuses(base: Record, cand: Record) -> tuple[Verdict, str] | None:
     base_bad = base.status.is_failure or base.status is Status.XFAIL
     if base_bad and cand.status.is_failure:
         stages = f"{base.stage} → {cand.stage}" if base.stage != cand.stage else str(cand.stage)
+        if _stage_rank(cand.stage) < _stage_rank(base.stage):
+            # It exported (or loaded, ran) before and no longer gets that far: a regression
+            # among red cells, whatever the error.
+            return Verdict.FAILS_EARLIER, f"fails earlier: {stages}: {cand.error or ''}".strip(": ")
         return Verdict.STILL_FAILING, stages
     if base_bad:
         return Verdict.FIXED, f"was {where(base)}"
     if cand.status.is_failure:
         return Verdict.NEW_FAILURE, f"{where(cand)}: {cand.error or ''}".strip()
     return None
+
+
+_STAGES = [s.value for s in Stage]
+
+
+def _stage_rank(stage: str | None) -> int:
+    """A stage's place in the order cells go through (unknown stages: after every one)."""
+    return _STAGES.index(stage) if stage in _STAGES else len(_STAGES)
 
 
 def compare_parity(base: Record, cand: Record, factor: float) -> str | None:

@@ -19,7 +19,8 @@ _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff
 
 # Sections in the order a reviewer needs them; unchanged cells are only counted.
 SECTIONS = [
-    (Verdict.NEW_FAILURE, "New failures"), (Verdict.PARITY_DRIFT, "Parity drift"),
+    (Verdict.NEW_FAILURE, "New failures"), (Verdict.FAILS_EARLIER, "Failing at an earlier stage"),
+    (Verdict.PARITY_DRIFT, "Parity drift"),
     (Verdict.INTERFACE_CHANGE, "Input/output changes (`--block-on io`)"),
     (Verdict.SLOWER, "Slower"), (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
     (Verdict.XPASS, "Known failures now passing: remove their `xfail` entries"),

@@ -173,3 +173,25 @@ def test_slower_counts_only_if_every_fresh_process_confirms_it() -> None:
     # One fresh candidate process as fast as the baseline: a per-process effect, not a regression.
     redecide(first, [_timed("a", 1.0, 3), _timed("a", 1.0, 4)], [_timed("b", 1.4, 5), _timed("b", 1.0, 6)], req)
     assert first.verdict is Verdict.UNCHANGED and "cleared" in first.detail
+
+
+def test_a_red_cell_that_now_fails_at_an_earlier_stage_blocks() -> None:
+    """Failing before and after is "still failing", unless the candidate no longer gets as far:
+    a cell that exported and failed at run, now failing at export, is a regression."""
+    from harness.core.cell import CellKey
+    from harness.core.record import Record
+    from harness.core.status import Status
+    from harness.gate.compare import Settings, compare_cell
+
+    key = CellKey("mha", "torchscript", 17, "ort-cpu")
+    rec = lambda stage, status=Status.FAIL: Record.for_cell(  # noqa: E731
+        "r", key, "2.13.0", "e", status, stage=stage, error=f"Boom at {stage}")
+    earlier = compare_cell(key, rec("run"), rec("export"), Settings(), None)
+    assert earlier.verdict is Verdict.FAILS_EARLIER and earlier.verdict.blocking
+    assert earlier.detail.startswith("fails earlier: run → export") and earlier.verdict.mark == "!"
+    later = compare_cell(key, rec("export"), rec("parity"), Settings(), None)
+    assert later.verdict is Verdict.STILL_FAILING and not later.verdict.blocking
+    crash = compare_cell(key, rec("parity"), rec("load", Status.CRASH), Settings(), None)
+    assert crash.verdict is Verdict.FAILS_EARLIER
+    same = compare_cell(key, rec("run"), rec("run"), Settings(), None)
+    assert same.verdict is Verdict.STILL_FAILING
