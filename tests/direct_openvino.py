@@ -22,6 +22,7 @@ from direct_verdict import (  # same folder: the plain-API helpers
     grow_structured,
     leaves,
     load,
+    main,
     read_case,
     resolve,
 )
@@ -93,7 +94,4 @@ def verdict(item) -> dict:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[2], "w") as out:
-        for item in json.load(open(sys.argv[1])):
-            out.write(json.dumps({**item, **verdict(item)}) + "\n")
-            out.flush()
+    main(verdict)

@@ -1,7 +1,8 @@
 """Independent verdicts: plain torch.onnx.export + onnx checker + ONNX Runtime, no harness code.
 
 Run inside an environment's python: ``python direct_verdict.py CELLS.json OUT.jsonl`` where the file lists
-{"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line. Tests compare
+{"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line, each item
+exported in a process forked for it alone. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
 
 Cases may return nested and keyword inputs (see harness/run/cases.py for the contract); this
@@ -18,6 +19,7 @@ import atexit
 import importlib.util
 import inspect
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -328,8 +330,38 @@ def verdict(item) -> dict:
     return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed}
 
 
-if __name__ == "__main__":
+def in_fresh_process(fn, item) -> dict:
+    """``fn(item)`` in a process forked for it alone, so that no item sees what an earlier one
+    left in the process (torch 2.13's export of some models depends on the exports before it).
+    A process that dies is a ``crash``."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            data = json.dumps(fn(item)).encode()
+        except BaseException as e:  # noqa: BLE001
+            data = json.dumps({"stage": None, "status": "crash", "error": repr(e)[:200]}).encode()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return {"stage": None, "status": "crash", "error": f"process ended with status {status}"}
+    return json.loads(b"".join(chunks))
+
+
+def main(fn) -> None:
     with open(sys.argv[2], "w") as out:
         for item in json.load(open(sys.argv[1])):
-            out.write(json.dumps({**item, **verdict(item)}) + "\n")
+            out.write(json.dumps({**item, **in_fresh_process(fn, item)}) + "\n")
             out.flush()
+
+
+if __name__ == "__main__":
+    main(verdict)

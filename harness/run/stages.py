@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
@@ -74,10 +74,17 @@ def short_error(exc: BaseException) -> str:
     return text[:500]
 
 
+# Called as each stage begins (the worker sends it to the runner, which charges a process that
+# dies before the cell's record to the stage it was in).
+on_stage_start: Callable[[Stage], None] | None = None
+
+
 @contextlib.contextmanager
 def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
     """Run one stage: time it into ``durations``; any exception becomes a ``StageFailure``."""
     name = which.value
+    if on_stage_start is not None:
+        on_stage_start(which)
     t0 = time.perf_counter()
     try:
         yield

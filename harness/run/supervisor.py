@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import select
 import shutil
@@ -46,6 +47,18 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
+from harness.core.events import (
+    EVENT_TYPES,
+    Bye,
+    CellStart,
+    EventError,
+    GroupStart,
+    Hello,
+    RecordDone,
+    StageStart,
+    Want,
+    event_from_dict,
+)
 from harness.core.job import ExportGroup, Job
 from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
@@ -72,13 +85,28 @@ class Stopped(Exception):
     """The runner is stopping (a signal): the worker was killed, nothing is recorded for it."""
 
 
+GROUP_ORDER_ENV = "HARNESS_GROUP_ORDER"   # tests: "reverse" or "shuffle:SEED" (plan order if unset)
+
+
+def group_order(groups: Iterable[ExportGroup]) -> list[ExportGroup]:
+    """The order an environment's groups are handed out in: the plan's, or, to show that no
+    verdict depends on it, reversed or shuffled (``HARNESS_GROUP_ORDER``)."""
+    out = list(groups)
+    order = os.environ.get(GROUP_ORDER_ENV, "")
+    if order == "reverse":
+        out.reverse()
+    elif order.startswith("shuffle:"):
+        random.Random(order.split(":", 1)[1]).shuffle(out)
+    return out
+
+
 class EnvWork:
     """An environment's export groups still to run, shared by every supervisor (slot) that runs
     them, and each cell's worker deaths (a cell retried by another slot keeps its count)."""
 
     def __init__(self, env_plan: EnvPlan, groups: Iterable[ExportGroup] = ()) -> None:
         self.env_plan = env_plan
-        self.queue: deque[ExportGroup] = deque(groups)
+        self.queue: deque[ExportGroup] = deque(group_order(groups))
         self.deaths: dict[str, list[str]] = {}
         self.early_ends = 0           # workers of this environment that ended early
         self.failed: Exception | None = None
@@ -253,6 +281,9 @@ class AttemptState:
     feed: Callable[[], ExportGroup | None] | None = None           # more groups on "want"
     groups_w: int | None = None                                    # the pipe they go down
     relay: Any = None
+    fresh: bool = False           # the worker forks a process per group and cleans up after it
+    child: int | None = None      # the pid of the current group's process
+    stage: str | None = None      # the stage the group (or its current cell) is in
 
 
 class WorkerSupervisor:
@@ -461,32 +492,44 @@ class WorkerSupervisor:
     def _event(self, line: bytes, state: AttemptState, worker_pid: int, token: str) -> str | None:
         """Apply one event; a protocol problem (the worker cannot be trusted further) as a string."""
         try:
-            event = json.loads(line)
+            data = json.loads(line)
         except ValueError:
             return f"worker sent an unreadable event ({line[:80]!r})"
-        if not isinstance(event, dict):
+        if not isinstance(data, dict):
             return f"worker sent an unreadable event ({line[:80]!r})"
-        kind, pid = event.get("event"), event.get("pid")
-        if kind == "hello" and state.pid is None:
-            state.pid = pid
-        elif pid is not None and state.pid is not None and pid != state.pid:
+        if data.get("event") not in EVENT_TYPES:
+            self.on_event(data)       # a kind this runner does not know: passed on, never counted
+            return None
+        try:
+            event = event_from_dict(data)
+        except EventError as exc:
+            return f"worker sent an unreadable event ({exc})"
+        pid = event.pid
+        if isinstance(event, Hello) and state.pid is None:
+            state.pid, state.fresh = pid, event.fresh
+        elif isinstance(event, GroupStart) and state.fresh and pid is not None and \
+                event.parent is not None and event.parent == state.pid:
+            state.child = pid         # a group's own process, forked by the worker
+        elif pid is not None and state.pid is not None and pid not in (state.pid, state.child):
             return None   # from a process a case forked: never counted
-        if kind == "group_start":
-            group = state.groups.get(event.get("gid"))
+        if isinstance(event, GroupStart):
+            group = state.groups.get(event.gid)
             if group is None:
-                return f"worker started an unknown group {event.get('gid')!r}"
-            if state.groups_started and self.owns_tree:
+                return f"worker started an unknown group {event.gid!r}"
+            if state.groups_started and self.owns_tree and not state.fresh:
                 reap(worker_pid, token, keep={worker_pid})   # what the previous group left behind
             state.groups_started += 1
-            state.group, state.cell = group, None
-        elif kind == "cell_start":
-            cid = event.get("cell_id")
+            state.group, state.cell, state.stage = group, None, None
+        elif isinstance(event, StageStart):
+            state.stage = event.stage
+        elif isinstance(event, CellStart):
+            cid = event.cell_id
             if state.group is None or cid not in {c.cell_id for c in state.group.cells}:
                 return f"worker started cell {cid!r} outside its group"
-            state.cell = cid
-        elif kind == "record":
+            state.cell, state.stage = cid, None
+        elif isinstance(event, RecordDone):
             try:
-                rec = Record.from_dict(event.get("record"))
+                rec = Record.from_dict(event.record)
             except SchemaError as exc:
                 return f"worker sent an invalid record: {exc}"
             if rec.cell_id in state.done or rec.cell_id not in self.cells:
@@ -496,15 +539,15 @@ class WorkerSupervisor:
                                  f"cell ({'; '.join(self.deaths[rec.cell_id])}); this is the "
                                  "result of a fresh worker")
             state.done.add(rec.cell_id)
-            state.cell = None
+            state.cell, state.stage = None, None
             self.on_record(rec)
             if rec.bundle and state.group is not None:
                 state.bundles.setdefault(state.group.gid, []).append(Path(rec.bundle))
-        elif kind == "want":
+        elif isinstance(event, Want):
             self._hand_out(state)
-        elif kind == "bye":
+        elif isinstance(event, Bye):
             state.bye = True
-        self.on_event(event)
+        self.on_event(data)
         return None
 
     def _hand_out(self, state: AttemptState) -> None:
@@ -562,7 +605,8 @@ class WorkerSupervisor:
         record now, the others are retried by the next worker."""
         spec = self.env_plan.env
         if state.cell:
-            group, victims, stage = state.group, [state.cell], None
+            # the stage of the cell it was in (load, run, parity, latency), when it said so
+            group, victims, stage = state.group, [state.cell], _cell_stage(state.stage)
         else:
             def undone(g: ExportGroup | None) -> bool:
                 return g is not None and any(c.cell_id not in state.done for c in g.cells)
@@ -574,7 +618,10 @@ class WorkerSupervisor:
                     f"worker for {spec.name} ended before running a cell ({death.why}); see "
                     f"{self.run_dir / 'logs' / self.worker_log}")
             victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
-            stage = Stage.EXPORT.value
+            # The group's stage it died in (reference, export, check); a worker that names none
+            # (an older one) died in the export, the one long step before a cell's first event.
+            stage = state.stage if group is state.group and state.stage in GROUP_STAGES else \
+                Stage.REFERENCE.value if state.fresh else Stage.EXPORT.value
         log_path = self.run_dir / "logs" / f"{group.gid}.log"
         for cid in victims:
             deaths = self.deaths.setdefault(cid, [])
@@ -586,6 +633,13 @@ class WorkerSupervisor:
                                  error=death.why, log=str(log_path), notes=notes)
             state.done.add(cid)
             self.on_record(rec)
+
+
+GROUP_STAGES = (Stage.REFERENCE.value, Stage.EXPORT.value, Stage.CHECK.value)
+
+
+def _cell_stage(stage: str | None) -> str | None:
+    return stage if stage in {s.value for s in Stage} and stage not in GROUP_STAGES else None
 
 
 def exit_reason(proc: subprocess.Popen) -> str:
@@ -601,7 +655,9 @@ def exit_reason(proc: subprocess.Popen) -> str:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident memory of a process and its descendants, in bytes (0 once it is gone)."""
+    """Resident memory of a process and its descendants, in bytes (0 once it is gone). Each
+    process counts its proportional share of pages it shares (PSS): a group's process forked
+    from the warm worker shares the worker's imported torch, which counts once, not twice."""
     total = 0
     try:
         root = psutil.Process(pid)
@@ -610,7 +666,10 @@ def tree_rss(pid: int) -> int:
         return 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
+            try:
+                total += p.memory_full_info().pss
+            except (AttributeError, psutil.AccessDenied):
+                total += p.memory_info().rss
     return total
 
 

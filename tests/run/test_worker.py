@@ -97,8 +97,10 @@ def test_run_job_emits_one_record_per_cell(tmp_path):
               latency=LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1, warmup_s=0.0))
     events: list[dict] = []
     run_job(Job.from_dict(json.loads(job.to_json())), events.append)
-    kinds = [e["event"] for e in events]
-    assert kinds == ["hello", "group_start", "cell_start", "record", "group_start", "cell_start", "record"]
+    kinds = [e["event"] + (f":{e['stage']}" if e["event"] == "stage" else "") for e in events]
+    assert kinds == ["hello", "group_start", "stage:reference", "stage:export", "stage:check",
+                     "cell_start", "stage:load", "stage:run", "stage:parity", "stage:latency", "record",
+                     "group_start", "stage:reference", "cell_start", "record"]
     ok, bad = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
     assert ok.status is Status.PASS and ok.key == CellKey("lin", "torchscript", 17, "ort-cpu")
     assert ok.parity.max_abs is not None and len(ok.parity.shapes) == 2 and ok.latency_ms.iterations >= 5
