@@ -102,6 +102,25 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
         durations[name] = round(durations.get(name, 0.0) + time.perf_counter() - t0, 6)
 
 
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of the children it has waited for."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@contextlib.contextmanager
+def clocked(into: dict[str, float]) -> Iterator[None]:
+    """Add the block's wall and CPU seconds to ``into`` ("wall_s", "cpu_s")."""
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
+    try:
+        yield
+    finally:
+        into["wall_s"] = into.get("wall_s", 0.0) + time.perf_counter() - wall0
+        into["cpu_s"] = into.get("cpu_s", 0.0) + cpu_seconds() - cpu0
+
+
 def package_versions() -> dict[str, Any]:
     def ver(dist: str) -> str | None:
         try:
@@ -138,12 +157,17 @@ class GroupContext:
         self.output_paths: list[tuple] = []
         self.second_shape: dict[str, Any] | None = None   # how the second shape was checked
         self.dim_marking: str | None = None
+        self.clock: dict[str, float] = {}            # wall and CPU seconds of the shared stages
 
     @property
     def dims(self) -> dict:
         return self.spec.dynamic_dims if self.spec is not None and self.group.options.dynamic else {}
 
     def prepare(self) -> None:
+        with clocked(self.clock):
+            self._prepare()
+
+    def _prepare(self) -> None:
         from harness.run import export as exp
         from harness.run.cases import CaseSkipped, build_case
         from harness.run.parity import output_names
@@ -230,10 +254,6 @@ class GroupContext:
 
 
 def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Record:
-    from harness.run.latency import measure, runtime_floor
-    from harness.run.parity import compare_outputs
-    from harness.runtimes import load_adapter
-
     job, g = ctx.job, ctx.group
     rec = Record.for_cell(job.run_id, g.key(cell), versions["torch"], job.env, Status.PASS,
                           cell_id=cell.cell_id, versions=dict(versions), graph=ctx.graph,
@@ -242,6 +262,25 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
         # How dynamic dims reached the exporter (not part of the cell's identity).
         rec.options["dim_marking"] = ctx.dim_marking
     durations = dict(ctx.durations)
+    clock = dict(ctx.clock)
+    with clocked(clock):
+        _run_stages(ctx, cell, rec, durations)
+    rec.wall_s, rec.cpu_s = round(clock["wall_s"], 3), round(clock["cpu_s"], 3)
+    if g.exporter == "optimum":
+        from harness.run.export_optimum import note_disagreement
+
+        note_disagreement(rec)
+    rec.duration_s = durations
+    rec.finished_at = time.time()
+    return rec
+
+
+def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[str, float]) -> None:
+    from harness.run.latency import measure, runtime_floor
+    from harness.run.parity import ParityError, compare_outputs
+    from harness.runtimes import load_adapter
+
+    job, g = ctx.job, ctx.group
     adapter = None
     try:
         if ctx.failure:
@@ -266,18 +305,27 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
                         raise
                     raise _second_shape_error(ctx, adapter, graph_inputs, use, exc) from exc
         with stage(Stage.PARITY, durations):
+            # Every shape is compared, and its numbers kept, also when one fails: the record
+            # of a parity failure says by how much, where, per output and per shape.
             parity = Parity(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
+            rec.parity = parity
+            if ctx.second_shape:
+                parity.extra["second_shape"] = dict(ctx.second_shape)
+            failed: ParityError | None = None
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
                 label = "example shape" if i == 0 else "second shape"
-                stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label)
+                try:
+                    stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label)
+                except ParityError as exc:
+                    stats, failed = {**exc.stats, "failed": True}, failed or exc
                 rec.notes.extend(stats.pop("notes", []))   # NaN/Inf where eager has them too
                 shape = {n: list(v.shape) for n, v in ctx.feeds[i].items()}
                 parity.shapes.append({"inputs": shape, **stats})
-            parity.max_abs = max(s["max_abs"] for s in parity.shapes)
-            parity.max_rel = max(s["max_rel"] for s in parity.shapes)
-            if ctx.second_shape:
-                parity.extra["second_shape"] = dict(ctx.second_shape)
-            rec.parity = parity
+            for k in ("max_abs", "max_rel"):
+                found = [s[k] for s in parity.shapes if s.get(k) is not None]
+                setattr(parity, k, max(found) if found else None)
+            if failed is not None:
+                raise failed
         if job.phase != PHASE_VERDICTS:   # in a run's verdict phase, latency comes later
             with stage(Stage.LATENCY, durations):
                 if job.latency.enabled:
@@ -297,13 +345,6 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
             with contextlib.suppress(Exception):
                 adapter.deactivate()
-    if g.exporter == "optimum":
-        from harness.run.export_optimum import note_disagreement
-
-        note_disagreement(rec)
-    rec.duration_s = durations
-    rec.finished_at = time.time()
-    return rec
 
 
 def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str],

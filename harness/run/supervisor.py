@@ -7,7 +7,11 @@ Whatever a case does, the run goes on and every planned cell gets exactly one re
   event, is a death of the cell it was on (of the group's remaining cells during the export). The
   cell is retried in a fresh worker; a cell that kills ``MAX_DEATHS_PER_CELL`` workers is recorded
   as ``crash``, and the run moves on (no endless restarts);
-- a worker that makes no progress for ``cell_timeout_s`` is killed and the cell is ``timeout``;
+- a worker that makes no progress (no event) for ``cell_timeout_s`` is killed and the cell is
+  ``timeout``, judged by the cell's own progress (``Progress``): a cell its processes keep busy
+  gets ``cell_timeout_s`` of CPU time (a starved cell on a loaded machine is not cut short), one
+  whose processes use no CPU (hung) ends at ``cell_timeout_s`` of wall time, and none runs past
+  ``TIMEOUT_WALL_FACTOR`` times it; the record keeps both times (``wall_s``, ``cpu_s``);
 - a worker whose process tree holds more than ``cell_memory_mb`` of resident memory (polled with
   psutil) is killed and the cell is ``crash`` with the error ``MemoryLimit: ...``;
 - processes a case leaves behind (``os.fork``, daemons, a child holding the worker's pipes) are
@@ -78,6 +82,10 @@ MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is re
 BYE_GRACE_S = 10.0           # a worker that said bye but does not exit (a case's thread) is killed
 DRAIN_S = 2.0                # how long output of dead processes is read after the worker ended
 MIB = 2 ** 20
+TIMEOUT_WALL_FACTOR = 4.0    # no cell runs past this many times cell_timeout_s of wall time
+IDLE_WINDOW_S = 10.0         # a tree that got under IDLE_CPU_SHARE of a CPU over this long is idle
+IDLE_CPU_SHARE = 0.02
+CPU_POLL_S = 1.0
 _WORKER_SEQ = count(1)       # job file names: unique per runner, also with workers in parallel
 
 
@@ -266,6 +274,96 @@ class Death:
     status: Status
     why: str
     final: bool = False           # timeouts and memory-limit kills are not retried
+    wall_s: float | None = None   # a timeout: the wall and CPU time since the last progress
+    cpu_s: float | None = None
+
+
+def tree_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process, its descendants and the children it reaped
+    (a group's finished process); None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+class Progress:
+    """The timeout rule: a cell's budget is ``timeout_s`` since its last progress (an event), in
+    CPU seconds of its process tree when the tree is measured (``measure``), so that load on the
+    machine does not decide the verdict; a tree that got (almost) no CPU over ``IDLE_WINDOW_S`` is
+    hung and ends at ``timeout_s`` of wall time; nothing runs past ``TIMEOUT_WALL_FACTOR`` times
+    ``timeout_s``. Unmeasured (a container's processes are Docker's): wall time alone."""
+
+    def __init__(self, timeout_s: float, measure: Callable[[], float | None] | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s, self.measure, self.clock = timeout_s, measure, clock
+        self.samples: deque[tuple[float, float]] = deque()
+        self.extra_s = 0.0
+        self.reset()
+
+    def reset(self, extra_s: float = 0.0) -> None:
+        """Progress now; ``extra_s`` more budget until the next (the worker's imports)."""
+        self.extra_s = extra_s
+        self.start = self.clock()
+        self.samples.clear()
+        self.cpu0 = self._sample(self.start)
+        self.next_sample = self.start + CPU_POLL_S
+
+    def _sample(self, now: float) -> float | None:
+        cpu = self.measure() if self.measure is not None else None
+        if cpu is not None:
+            self.samples.append((now, cpu))
+            while len(self.samples) > 2 and self.samples[1][0] <= now - IDLE_WINDOW_S:
+                self.samples.popleft()
+        return cpu
+
+    def times(self) -> tuple[float, float | None]:
+        """Wall and CPU seconds since the last progress."""
+        now = self.clock()
+        cpu = self.samples[-1][1] if self.samples else None
+        return now - self.start, (cpu - self.cpu0 if cpu is not None and self.cpu0 is not None else None)
+
+    def poll(self) -> Death | None:
+        """A ``timeout`` death once the budget is spent; None while the cell may go on."""
+        now = self.clock()
+        if now >= self.next_sample:
+            self.next_sample = now + CPU_POLL_S
+            self._sample(now)
+        budget = self.timeout_s + self.extra_s
+        wall, cpu = self.times()
+        if wall < budget:
+            return None
+        if cpu is None:
+            why = f"Timeout: no progress within {self.timeout_s:g} s"
+        elif cpu >= budget:
+            why = (f"Timeout: no progress within {self.timeout_s:g} s of CPU time ({cpu:.0f} s CPU "
+                   f"in {wall:.0f} s)")
+        elif wall >= budget * TIMEOUT_WALL_FACTOR:
+            why = (f"Timeout: no progress within {wall:.0f} s ({TIMEOUT_WALL_FACTOR:g} x "
+                   f"cell_timeout_s={self.timeout_s:g}; {cpu:.0f} s CPU)")
+        elif self._idle(now):
+            why = (f"Timeout: no progress within {self.timeout_s:g} s, its processes idle "
+                   f"({cpu:.1f} s CPU in {wall:.0f} s)")
+        else:
+            return None       # starved, not hung: it gets its budget in CPU seconds
+        return Death(Status.TIMEOUT, why, final=True, wall_s=round(wall, 3),
+                     cpu_s=None if cpu is None else round(cpu, 3))
+
+    def _idle(self, now: float) -> bool:
+        window = min(IDLE_WINDOW_S, self.timeout_s)
+        old = [s for s in self.samples if s[0] <= now - window]
+        if not old:
+            return False      # not watched long enough to tell
+        t0, c0 = old[-1]
+        t1, c1 = self.samples[-1]
+        return t1 > t0 and (c1 - c0) / (t1 - t0) < IDLE_CPU_SHARE
 
 
 @dataclass
@@ -284,6 +382,7 @@ class AttemptState:
     fresh: bool = False           # the worker forks a process per group and cleans up after it
     child: int | None = None      # the pid of the current group's process
     stage: str | None = None      # the stage the group (or its current cell) is in
+    progress: Any = None          # the timeout rule's clock (``Progress``)
 
 
 class WorkerSupervisor:
@@ -426,7 +525,9 @@ class WorkerSupervisor:
     def _supervise(self, proc: subprocess.Popen, events_r: int, out_r: int, relay: LogRelay,
                    state: AttemptState, token: str) -> Death | None:
         """Read events and output until the worker says bye (None) or ends early (a Death)."""
-        deadline = time.monotonic() + self.cell_timeout_s + 120  # the first covers imports
+        progress = Progress(self.cell_timeout_s, (lambda: tree_cpu(proc.pid)) if self.owns_tree else None)
+        progress.reset(extra_s=120)   # the first covers imports
+        state.progress = progress
         next_poll = 0.0
         watch = {events_r, out_r}
         buf = b""
@@ -434,9 +535,9 @@ class WorkerSupervisor:
             if self.stop is not None and self.stop.is_set():
                 raise Stopped()
             now = time.monotonic()
-            if now >= deadline:
-                return Death(Status.TIMEOUT, f"Timeout: no progress within {self.cell_timeout_s:g} s",
-                             final=True)
+            timeout = progress.poll()
+            if timeout is not None:
+                return timeout
             if self.memory_limit_mb and now >= next_poll and self.owns_tree:
                 next_poll = now + MEMORY_POLL_S
                 rss = tree_rss(proc.pid)
@@ -444,7 +545,7 @@ class WorkerSupervisor:
                     return Death(Status.CRASH, f"MemoryLimit: the worker's processes reached "
                                  f"{rss / MIB:.0f} MiB, over cell_memory_mb={self.memory_limit_mb}",
                                  final=True)
-            ready, _, _ = select.select(list(watch), [], [], max(0.0, min(deadline - now, MEMORY_POLL_S)))
+            ready, _, _ = select.select(list(watch), [], [], MEMORY_POLL_S)
             events_closed = False
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
@@ -464,7 +565,7 @@ class WorkerSupervisor:
                     problem = self._event(line, state, proc.pid, token)
                     if problem:
                         return Death(Status.CRASH, f"Crash: {problem}")
-                    deadline = time.monotonic() + self.cell_timeout_s
+                    progress.reset()
             if state.bye:
                 return None
             if events_closed or proc.poll() is not None:
@@ -630,7 +731,8 @@ class WorkerSupervisor:
                 continue
             notes = [f"{len(deaths)} workers died on this cell: {'; '.join(deaths)}"] if len(deaths) > 1 else []
             rec = planned_record(self.run_id, self.cells[cid], spec.name, death.status, stage=stage,
-                                 error=death.why, log=str(log_path), notes=notes)
+                                 error=death.why, log=str(log_path), notes=notes,
+                                 wall_s=death.wall_s, cpu_s=death.cpu_s)
             state.done.add(cid)
             self.on_record(rec)
 
