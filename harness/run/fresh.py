@@ -161,6 +161,32 @@ def per_group(groups: Iterable[T], on_child: Callable[[], None] = lambda: None) 
             raise GroupDied(status)
 
 
+def in_fresh_copy(fn: Callable[[], bool]) -> int:
+    """Run ``fn`` in a copy of this process forked for it (before this one has done anything it
+    could carry over) and wait for it; its exit status, as ``os.waitpid`` gives it (0: ``fn``
+    returned True). The copy sends no events (the worker's ``leave_if_forked`` ends it if it tries)."""
+    global FORKING
+    _flush()
+    FORKING = True
+    try:
+        pid = os.fork()
+    except BaseException:
+        FORKING = False
+        raise
+    if pid == 0:
+        FORKING = False
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            ok = fn()
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+            ok = False
+        _flush()
+        os._exit(0 if ok else 1)
+    FORKING = False
+    return _wait(pid)
+
+
 def _wait(pid: int) -> int:
     while True:
         try:

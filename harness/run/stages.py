@@ -165,7 +165,43 @@ class GroupContext:
 
     def prepare(self) -> None:
         with clocked(self.clock):
+            again = self._export_in_a_copy() if self.job.determinism else None
             self._prepare()
+        if again is not None:
+            self._compare_exports(again)
+
+    def _export_in_a_copy(self) -> Path | None:
+        """``determinism``: the same export first in a fresh copy of this process (forked before
+        this one builds anything), into a file of its own; None when that copy failed."""
+        from harness.run import fresh
+
+        again = self.onnx_path.with_name(self.onnx_path.stem + ".again.onnx")
+
+        def export_again() -> bool:
+            global on_stage_start
+            on_stage_start = None          # the copy sends no events
+            copy = GroupContext(self.job, self.group, again.parent)
+            copy.onnx_path = again
+            copy._prepare()
+            return copy.failure is None
+        print("=== determinism: the same export in a fresh process ===", flush=True)
+        status = fresh.in_fresh_copy(export_again)
+        return again if status == 0 and again.exists() else None
+
+    def _compare_exports(self, again: Path) -> None:
+        from harness.run.determinism import compare_exports
+
+        if self.failure is None:
+            try:
+                result = compare_exports(again, self.onnx_path)
+            except Exception as exc:  # noqa: BLE001 - a fact that could not be taken
+                result = {"identical": None, "error": short_error(exc)}
+            self.graph["determinism"] = result
+            if result.get("identical") is False:
+                self.notes.append("the export is not deterministic: two fresh processes exported files "
+                                  f"that differ in {', '.join(result['differs'])}")
+        for p in again.parent.glob(again.name + "*"):
+            p.unlink()
 
     def _prepare(self) -> None:
         from harness.run import export as exp
