@@ -17,6 +17,7 @@ import openvino as ov
 import torch
 from direct_verdict import (  # same folder: the plain-API helpers
     WORKDIR,
+    export_failure,
     export_plain,
     flat,
     grow_structured,
@@ -61,7 +62,7 @@ def verdict(item) -> dict:
             export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
                          names=names, dims_by_name=by_name)
         except Exception as e:
-            return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+            return export_failure(e)
     core = ov.Core()
     try:
         compiled = core.compile_model(core.read_model(path), "CPU",

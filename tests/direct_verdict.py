@@ -300,7 +300,7 @@ def verdict(item) -> dict:
         program = export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
                                names=names, dims_by_name=by_name, policy=item.get("dim_policy"))
     except Exception as e:
-        return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+        return export_failure(e)
     fixed = fixed_dims(program, path, by_name, names)
     try:
         onnx.checker.check_model(path, full_check=True)
@@ -328,6 +328,16 @@ def verdict(item) -> dict:
         except AssertionError as e:
             return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed}
     return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed}
+
+
+def export_failure(e: BaseException) -> dict:
+    """An export's failure, with the innermost error it was raised from (``__cause__`` chain)."""
+    root = e
+    while root.__cause__ is not None:
+        root = root.__cause__
+    first = str(root).strip().splitlines()[0] if str(root).strip() else ""
+    return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200],
+            "root": f"{type(root).__name__}: {first}"[:300]}
 
 
 def in_fresh_process(fn, item) -> dict:

@@ -35,11 +35,17 @@ FORK_ENV = "HARNESS_WORKER_FORK"   # "0": every group in the worker itself (a lo
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 
 # What the warm parent imports before its first fork: torch and what the exporters and runtimes
-# import at their first use. Importing starts no thread pool of torch's (ATen's intra-op pool,
-# OpenMP, MKL and oneDNN start at the first parallel op); a package that is not installed in the
-# environment is left out.
-PRELOAD = ("numpy", "torch", "torch.onnx", "torch.export", "torch.onnx._internal.exporter._capture_strategies",
-           "onnx", "onnxscript", "onnxruntime", "openvino")
+# import at their first use (torch.export's tracer imports torch._dynamo, seconds of imports a
+# long-lived worker paid once), and the harness's own worker-side modules. Importing starts no
+# thread pool of torch's (ATen's intra-op pool, OpenMP, MKL and oneDNN start at the first
+# parallel op); a module that is not installed in the environment is left out.
+PRELOAD = ("numpy", "torch", "torch.onnx", "torch.export", "torch.export._trace", "torch._dynamo",
+           "torch.onnx._internal.exporter._capture_strategies", "torch.onnx._internal.exporter._core",
+           "torch.onnx._internal.exporter._registration", "torch.onnx._internal.torchscript_exporter.utils",
+           "onnx", "onnx.checker", "onnx.shape_inference", "onnxscript", "onnxscript.function_libs.torch_lib.ops",
+           "onnxruntime", "openvino",
+           "harness.run.cases", "harness.run.export", "harness.run.parity", "harness.run.dims",
+           "harness.run.inputs", "harness.runtimes")
 
 FORKING = False                     # True while the parent forks a group's process
 PARENT: int | None = None           # in a group's process: the warm parent's pid
@@ -50,7 +56,8 @@ def enabled() -> bool:
 
 
 def preload() -> list[str]:
-    """Import ``PRELOAD`` (each that is installed); the names imported."""
+    """Import ``PRELOAD`` (each that is installed) and build the dynamo exporter's operator
+    table (``prepare_exporter``); the names imported, and "torchlib-registry" when built."""
     import importlib
 
     done = []
@@ -60,7 +67,22 @@ def preload() -> list[str]:
         except Exception:  # noqa: BLE001 - not installed here, or broken: the group imports it itself
             continue
         done.append(name)
+    if prepare_exporter():
+        done.append("torchlib-registry")
     return done
+
+
+def prepare_exporter() -> bool:
+    """Build torch.onnx's registry of the ONNX functions it translates aten ops to (onnxscript's
+    torchlib, compiled from its source: data, the same for every export of this environment; a
+    first dynamo export spends seconds on it). No model is traced or run and no thread starts."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+
+        _registration.ONNXRegistry.from_torchlib()
+    except Exception:  # noqa: BLE001 - an older torch.onnx: the first export builds it
+        return False
+    return True
 
 
 def thread_count() -> int:

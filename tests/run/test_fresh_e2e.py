@@ -81,3 +81,44 @@ def test_a_dynamo_record_names_the_capture_strategy_torch_reported(runs):
         strict = {"torch.export(strict=False)": "False", "torch.export(strict=True)": "True"}[rec.graph["capture_strategy"]]
         # torch's own account of it, in the group's log: that strategy succeeded
         assert f"with `torch.export.export(..., strict={strict})`... ✅" in Path(rec.log).read_text()
+
+
+WORKER_CASES = '''
+import os, torch
+def lin():
+    return torch.nn.Linear(4, 3), (torch.randn(2, 4),), {0: {0: "batch"}}
+def segfaults():
+    os.kill(os.getpid(), 11)
+'''
+
+
+def test_the_warm_worker_forks_each_group_and_dies_as_its_group_did(runs, tmp_path):
+    from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
+    from harness.envs.provider import harness_process_env
+
+    python = env_python(read_run_meta(runs["plan-1"]), "2.13.0")
+    (tmp_path / "cases.py").write_text(WORKER_CASES)
+    groups = tuple(ExportGroup(f"g{i}", fn, f"{tmp_path / 'cases.py'}:{fn}", "torchscript", 17,
+                               cells=(CellJob(f"c{i}", "ort-cpu", "ort-cpu"),))
+                   for i, fn in enumerate(("lin", "lin", "segfaults", "lin")))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="e", groups=groups, base_dir=str(tmp_path),
+              latency=LatencyProtocol(enabled=False), bundles=False).write(tmp_path / "job.json")
+    events_r, events_w = os.pipe()
+    proc = subprocess.Popen([str(python), "-m", "harness.run.worker", "--job", str(job), "--events-fd", str(events_w)],
+                            pass_fds=(events_w,), env=harness_process_env(1), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    os.close(events_w)
+    with os.fdopen(events_r) as stream:
+        events = [json.loads(line) for line in stream]
+    assert proc.wait(timeout=600) == -11          # the group's SIGSEGV ends the worker the same way
+    hello = events[0]
+    assert hello["event"] == "hello" and hello["fresh"] and "torch" in hello["preloaded"]
+    # the warm parent: its main thread and ONNX Runtime's idle one, no pool of torch's
+    assert hello["threads"] <= 2
+    starts = [e for e in events if e["event"] == "group_start"]
+    assert [e["gid"] for e in starts] == ["g0", "g1", "g2"]      # g3 never ran: the worker died
+    assert {e["parent"] for e in starts} == {hello["pid"]}
+    assert len({e["pid"] for e in starts} | {hello["pid"]}) == 4    # a process per group
+    stages = [e["stage"] for e in events if e["event"] == "stage" and e["pid"] == starts[2]["pid"]]
+    assert stages == ["reference"]                                  # where g2 died
+    assert [e["event"] for e in events].count("record") == 2 and events[-1]["event"] != "bye"
