@@ -302,14 +302,16 @@ def verdict(item) -> dict:
     except Exception as e:
         return export_failure(e)
     fixed = fixed_dims(program, path, by_name, names)
+    # how torch captured the graph (dynamo), as torch itself records it on the ONNXProgram
+    capture = getattr(program, "_capture_strategy", None)
     try:
         onnx.checker.check_model(path, full_check=True)
     except Exception as e:
-        return {"stage": "check", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+        return {"stage": "check", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     try:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     except Exception as e:
-        return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+        return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     graph_inputs = [i.name for i in sess.get_inputs()]
     outs = []
     for a, k in shapes:
@@ -318,7 +320,7 @@ def verdict(item) -> dict:
         try:
             outs.append(sess.run(None, feed))
         except Exception as e:
-            return {"stage": "run", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+            return {"stage": "run", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     for ref, out in zip(refs, outs):
         try:
             assert len(ref) == len(out), "output count"
@@ -326,8 +328,8 @@ def verdict(item) -> dict:
                 assert r.shape == o.shape and r.dtype == o.dtype, f"shape/dtype {o.shape} vs eager {r.shape}"
                 np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
         except AssertionError as e:
-            return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed}
-    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed}
+            return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
+    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed, "capture": capture}
 
 
 def export_failure(e: BaseException) -> dict:

@@ -2,9 +2,12 @@
 
 Whatever a case does, the run goes on and every planned cell gets exactly one record:
 
+- each export group runs in a fresh process forked from the worker (``harness.run.fresh``);
+  a group's process that dies ends the worker the same way, so what follows holds per group;
 - a worker that ends without its last event (``bye``): killed by a signal, or exited with any
   code (a case calling ``sys.exit(0)`` or ``os._exit(0)``), or one that sends an unreadable
-  event, is a death of the cell it was on (of the group's remaining cells during the export). The
+  event, is a death of the cell it was on (of the group's remaining cells before the first
+  cell, charged to the stage the group said it was in: reference, export or check). The
   cell is retried in a fresh worker; a cell that kills ``MAX_DEATHS_PER_CELL`` workers is recorded
   as ``crash``, and the run moves on (no endless restarts);
 - a worker that makes no progress (no event) for ``cell_timeout_s`` is killed and the cell is
@@ -15,7 +18,9 @@ Whatever a case does, the run goes on and every planned cell gets exactly one re
 - a worker whose process tree holds more than ``cell_memory_mb`` of resident memory (polled with
   psutil) is killed and the cell is ``crash`` with the error ``MemoryLimit: ...``;
 - processes a case leaves behind (``os.fork``, daemons, a child holding the worker's pipes) are
-  killed after each group and when the worker ends: every process of the worker's tree and every
+  killed after each group (by the worker, a child subreaper, before it forks the next group; by
+  the runner for a worker that runs groups in place) and when the worker ends: every process of
+  the worker's tree and every
   process carrying the worker's token in its environment (which survives re-parenting and
   ``setsid``). A forked process never sends an event (the worker checks its pid; the supervisor
   also drops events from any other pid), so no record is written twice;
