@@ -17,11 +17,13 @@ import openvino as ov
 import torch
 from direct_verdict import (  # same folder: the plain-API helpers
     WORKDIR,
+    export_failure,
     export_plain,
     flat,
     grow_structured,
     leaves,
     load,
+    main,
     read_case,
     resolve,
 )
@@ -60,7 +62,7 @@ def verdict(item) -> dict:
             export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
                          names=names, dims_by_name=by_name)
         except Exception as e:
-            return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+            return export_failure(e)
     core = ov.Core()
     try:
         compiled = core.compile_model(core.read_model(path), "CPU",
@@ -93,7 +95,4 @@ def verdict(item) -> dict:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[2], "w") as out:
-        for item in json.load(open(sys.argv[1])):
-            out.write(json.dumps({**item, **verdict(item)}) + "\n")
-            out.flush()
+    main(verdict)

@@ -1,7 +1,8 @@
 """Independent verdicts: plain torch.onnx.export + onnx checker + ONNX Runtime, no harness code.
 
 Run inside an environment's python: ``python direct_verdict.py CELLS.json OUT.jsonl`` where the file lists
-{"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line. Tests compare
+{"case_file", "case_fn", "exporter", "opset"} items; writes one JSON verdict per line, each item
+exported in a process forked for it alone. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
 
 Cases may return nested and keyword inputs (see harness/run/cases.py for the contract); this
@@ -18,6 +19,7 @@ import atexit
 import importlib.util
 import inspect
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -298,16 +300,18 @@ def verdict(item) -> dict:
         program = export_plain(model, args, None, item["exporter"], item["opset"], path, kwargs=kwargs,
                                names=names, dims_by_name=by_name, policy=item.get("dim_policy"))
     except Exception as e:
-        return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200]}
+        return export_failure(e)
     fixed = fixed_dims(program, path, by_name, names)
+    # how torch captured the graph (dynamo), as torch itself records it on the ONNXProgram
+    capture = getattr(program, "_capture_strategy", None)
     try:
         onnx.checker.check_model(path, full_check=True)
     except Exception as e:
-        return {"stage": "check", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+        return {"stage": "check", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     try:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     except Exception as e:
-        return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+        return {"stage": "load", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     graph_inputs = [i.name for i in sess.get_inputs()]
     outs = []
     for a, k in shapes:
@@ -316,7 +320,7 @@ def verdict(item) -> dict:
         try:
             outs.append(sess.run(None, feed))
         except Exception as e:
-            return {"stage": "run", "status": "fail", "error": str(e)[:200], "fixed": fixed}
+            return {"stage": "run", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
     for ref, out in zip(refs, outs):
         try:
             assert len(ref) == len(out), "output count"
@@ -324,12 +328,52 @@ def verdict(item) -> dict:
                 assert r.shape == o.shape and r.dtype == o.dtype, f"shape/dtype {o.shape} vs eager {r.shape}"
                 np.testing.assert_allclose(o, r, rtol=item.get("rtol", 1e-3), atol=item.get("atol", 1e-4))
         except AssertionError as e:
-            return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed}
-    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed}
+            return {"stage": "parity", "status": "fail", "error": str(e)[:200], "fixed": fixed, "capture": capture}
+    return {"stage": None, "status": "pass", "error": None, "checked_shapes": len(outs), "fixed": fixed, "capture": capture}
+
+
+def export_failure(e: BaseException) -> dict:
+    """An export's failure, with the innermost error it was raised from (``__cause__`` chain)."""
+    root = e
+    while root.__cause__ is not None:
+        root = root.__cause__
+    first = str(root).strip().splitlines()[0] if str(root).strip() else ""
+    return {"stage": "export", "status": "fail", "error": f"{type(e).__name__}: {e}"[:200],
+            "root": f"{type(root).__name__}: {first}"[:300]}
+
+
+def in_fresh_process(fn, item) -> dict:
+    """``fn(item)`` in a process forked for it alone, so that no item sees what an earlier one
+    left in the process (torch 2.13's export of some models depends on the exports before it).
+    A process that dies is a ``crash``."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            data = json.dumps(fn(item)).encode()
+        except BaseException as e:  # noqa: BLE001
+            data = json.dumps({"stage": None, "status": "crash", "error": repr(e)[:200]}).encode()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return {"stage": None, "status": "crash", "error": f"process ended with status {status}"}
+    return json.loads(b"".join(chunks))
+
+
+def main(fn) -> None:
+    with open(sys.argv[2], "w") as out:
+        for item in json.load(open(sys.argv[1])):
+            out.write(json.dumps({**item, **in_fresh_process(fn, item)}) + "\n")
+            out.flush()
 
 
 if __name__ == "__main__":
-    with open(sys.argv[2], "w") as out:
-        for item in json.load(open(sys.argv[1])):
-            out.write(json.dumps({**item, **verdict(item)}) + "\n")
-            out.flush()
+    main(verdict)

@@ -16,10 +16,15 @@ assertions in tests. In one run:
 - loading and planning a matrix of 10,000 and 100,000 case entries (seconds, growth).
 - the blame ladder's cost (``blame_cost``): seconds per failing cell, nothing on passing cells.
   ``python -m harness.checks.bench blame-cost RUN_DIR`` prints it for any finished run.
+- process isolation (``harness.run.fresh``): the start cost of a group's process forked from the
+  warm worker, against a group run in the long-lived worker and a cold ``python -c "import
+  torch"``, and the small matrix's verdict phase with a fresh process per group against the
+  long-lived worker (``HARNESS_WORKER_FORK=0``), same verdicts asked of both.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import statistics
@@ -145,13 +150,15 @@ def phases(records: list[Record]) -> dict[str, float]:
     return {"verdict_stages_s": round(sum(groups.values()) + cells, 2), "latency_stages_s": round(latency, 2)}
 
 
-def bench_matrix_run(config: Path, only: str, reports: Path, *args: str) -> tuple[dict[str, Any], list[Record]]:
+def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
+                     env: dict[str, str] | None = None) -> tuple[dict[str, Any], list[Record]]:
     """Run a small real matrix into ``reports``; wall time, phases (wall and summed stage time),
     cells taken from the cache, peak RSS of the workers."""
     t0 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix",
-                           "--config", str(config), "--only", only, *args], check=True, capture_output=True, text=True)
+                           "--config", str(config), "--only", only, *args], check=True, capture_output=True,
+                          text=True, env=None if env is None else {**os.environ, **env})
     wall = time.perf_counter() - t0
     out = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: ")))
     peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
@@ -262,6 +269,88 @@ def bench_plan_scaling(sizes: tuple[int, ...] = PLAN_SIZES) -> dict[str, Any]:
         out["growth"] = {"entries_x": sizes[-1] / sizes[0],
                          "time_x": round(large["total_s"] / max(small["total_s"], 1e-9), 2)}
     return out
+# -- process isolation: a fresh process per export group ------------------------------------------
+# Runs in an environment's python: the warm parent's preload, then per "group" (a small
+# TorchScript export of a Linear, loaded and run in ONNX Runtime) either in this process (the
+# long-lived worker) or in a child forked for it; prints JSON.
+ISOLATION_SNIPPET = r"""
+import json, os, statistics, sys, tempfile, time
+from harness.run import fresh
+t0 = time.perf_counter(); preloaded = fresh.preload(); preload_s = time.perf_counter() - t0
+threads = fresh.thread_count()
+import torch, onnxruntime as ort
+tmp = tempfile.mkdtemp()
+def group(i):
+    m = torch.nn.Linear(8, 4).eval(); x = torch.randn(2, 8); path = f"{tmp}/g{i}.onnx"
+    torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17)
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    s.run(None, {s.get_inputs()[0].name: x.numpy()})
+def forked(fn):
+    t = time.perf_counter(); r, w = os.pipe(); pid = os.fork()
+    if pid == 0:
+        os.close(r); os.write(w, repr(time.perf_counter() - t).encode()); fn(); os._exit(0)
+    os.close(w); started = float(os.read(r, 64)); os.close(r); os.waitpid(pid, 0)
+    return started, time.perf_counter() - t
+n = int(sys.argv[1])
+start = [forked(lambda: None)[0] for _ in range(n)]
+in_fork = [forked(lambda: group(0))[1] for _ in range(n)]
+group(-1)                                   # the long-lived worker's first group warms it up
+in_place = []
+for i in range(n):
+    t = time.perf_counter(); group(i); in_place.append(time.perf_counter() - t)
+print(json.dumps({"preload_s": preload_s, "preloaded": preloaded, "warm_parent_threads": threads,
+                  "fork_start_ms": statistics.median(start) * 1e3,
+                  "group_in_fresh_fork_ms": statistics.median(in_fork) * 1e3,
+                  "group_in_long_lived_worker_ms": statistics.median(in_place) * 1e3}))
+"""
+
+
+def bench_process_start(python: Path, repeats: int = 10, cold_repeats: int = 3) -> dict[str, Any]:
+    """Per-group process start: forked from the warm parent, none (the long-lived worker runs the
+    group in place), or a cold interpreter importing torch; medians."""
+    env = harness_process_env(1)
+    proc = subprocess.run([str(python), "-c", ISOLATION_SNIPPET, str(repeats)], capture_output=True, text=True,
+                          env=env, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    cold = []
+    for _ in range(cold_repeats):
+        t0 = time.perf_counter()
+        subprocess.run([str(python), "-c", "import torch"], env=env, check=True, capture_output=True)
+        cold.append(time.perf_counter() - t0)
+    out["cold_import_torch_ms"] = statistics.median(cold) * 1e3
+    out["fork_overhead_per_group_ms"] = out["group_in_fresh_fork_ms"] - out["group_in_long_lived_worker_ms"]
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def bench_isolation(config: Path, only: str) -> dict[str, Any]:
+    """The small matrix's verdict phase (``--fresh --jobs 1``) with a fresh process per group and
+    with the long-lived worker, and the process start costs in its first environment."""
+    plan = build_plan(load_matrix(config), parse_only(only))
+    provider = VenvProvider(log=lambda *a: None)
+    provider.ensure(plan.environments[0].env)
+    start = bench_process_start(provider.python(plan.environments[0].env))
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+        store = Path(tmp) / "reports"
+        old, rec_old = bench_matrix_run(config, only, store, "--fresh", "--jobs", "1",
+                                        env={"HARNESS_WORKER_FORK": "0"})
+        new, rec_new = bench_matrix_run(config, only, store, "--fresh", "--jobs", "1")
+    return {"process_start": start, "long_lived_worker": old, "fresh_process_per_group": new,
+            "verdict_phase_ratio": round(new["verdict_phase_s"] / old["verdict_phase_s"], 3)
+            if old.get("verdict_phase_s") else None,
+            "same_verdicts": verdicts(rec_old) == verdicts(rec_new),
+            "verdicts_that_differ": {c: [v, verdicts(rec_new).get(c)] for c, v in verdicts(rec_old).items()
+                                     if verdicts(rec_new).get(c) != v}}
+
+
+def isolation_rows(iso: dict[str, Any]) -> list[list[Any]]:
+    st = iso["process_start"]
+    rows = [[f"isolation: {k}", v] for k, v in st.items()]
+    for label, key in (("long-lived worker", "long_lived_worker"), ("fresh process per group", "fresh_process_per_group")):
+        rows += [[f"isolation: {label}: {k}", iso[key][k]] for k in ("cells", "wall_s", "verdict_phase_s")]
+    rows += [["isolation: verdict phase, fresh / long-lived", iso["verdict_phase_ratio"]],
+             ["isolation: same verdicts", iso["same_verdicts"]],
+             ["isolation: verdicts that differ (long-lived → fresh)", iso["verdicts_that_differ"] or "none"]]
+    return rows
 
 
 # -- environments and the loop's own floor -------------------------------------------------------
@@ -318,6 +407,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
         "matrix": bench_matrix(config, only),
         "timing_floor": bench_timing_overhead(),
         "plan_scaling": bench_plan_scaling(),
+        "isolation": bench_isolation(config, only),
     }
     out_dir = reports / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -348,6 +438,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
               f"{v['us_per_entry']} µs per entry)"] for n, v in scaling.items() if n != "growth"]
     if "growth" in scaling:
         rows += [["plan: time growth for 10x the entries (linear: ~10)", scaling["growth"]["time_x"]]]
+    rows += isolation_rows(results["isolation"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

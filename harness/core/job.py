@@ -145,6 +145,7 @@ class Job:
     # and feeds of a group with a passing cell kept in <run_dir>/spool/<gid>/ for the latency
     # phase; "latency": time the spooled files of the groups' cells (nothing else runs then).
     phase: str = PHASE_ALL
+    determinism: bool = False     # export each group twice, in two fresh processes, and compare
 
     @property
     def spool(self) -> Path:

@@ -207,6 +207,11 @@ class Record:
     bundle: str | None = None
     repro: str | None = None
     finished_at: float | None = None
+    # Seconds the cell took: its group's reference, export and check (shared by the group's
+    # cells) and its own stages, in wall time and in CPU time of its processes; for a timeout,
+    # the time since the cell's last progress, when the runner stopped it.
+    wall_s: float | None = None
+    cpu_s: float | None = None
     # The cell cache (harness.store.cache): the digest of everything that decides this result
     # (null: never reused), and the run that produced it when it was taken from the store.
     cache_key: str | None = None
@@ -312,7 +317,7 @@ _OPTIONAL = {
     "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STR, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
     "reason": _OPT_STR, "log": _OPT_STR, "bundle": _OPT_STR, "repro": _OPT_STR,
     "cache_key": _OPT_STR, "cached_from": _OPT_STR,
-    "opset_actual": _OPT_INT, "finished_at": _OPT_NUM,
+    "opset_actual": _OPT_INT, "finished_at": _OPT_NUM, "wall_s": _OPT_NUM, "cpu_s": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
     "duration_s": _OPT_OBJ, "graph": _OPT_OBJ, "blame": _OPT_OBJ,
     "case_files": (lambda v: v is None or (isinstance(v, dict) and all(

@@ -321,6 +321,9 @@ class Matrix(_Strict):
     # that still fails (harness.run.reduce), each within reduce_timeout_s.
     reduce: bool = False
     reduce_timeout_s: float = Field(120, gt=0)
+    # Export every group twice, each in a fresh process, and record whether the two files are
+    # identical (graph fact `determinism`: nodes, initializers, interface; metadata named apart).
+    determinism: bool = False
 
     @field_validator("torch", mode="before")
     @classmethod
@@ -719,7 +722,8 @@ def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = 
 # a matrix that does not use them keeps its hash: a run started before they existed still
 # resumes (resume checks the hash) and keeps its run-id suffix.
 _LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
-                   ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0}
+                   ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0,
+                   ("determinism",): False}
 # Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
 # run resumes with another `jobs`.
 _SCHEDULING_KEYS = ("jobs",)

@@ -45,6 +45,9 @@ class GraphDrift:
     nodes: tuple[Any, Any] | None = None
     bytes: tuple[Any, Any] | None = None
     opset: tuple[Any, Any] | None = None
+    # how torch captured the graph (dynamo: torch.export non-strict / strict / the jit-trace
+    # fallback): a change there changes what the graph is made from, even when it looks alike
+    capture: tuple[Any, Any] | None = None
     names: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # 'inputs' → (before, after)
     dims: list[tuple[str, Any, Any]] = field(default_factory=list)     # (tensor, shape before, after)
     dtypes: list[tuple[str, Any, Any]] = field(default_factory=list)
@@ -57,7 +60,7 @@ class GraphDrift:
     @property
     def changed(self) -> bool:
         return bool(self.ops_added or self.ops_removed or self.ops_count or self.nodes or self.opset
-                     or self.bytes or self.io_changed or self.dtypes)
+                     or self.bytes or self.io_changed or self.dtypes or self.capture)
 
     def parts(self) -> list[str]:
         """One short phrase per kind of change, in a fixed order."""
@@ -73,6 +76,8 @@ class GraphDrift:
             out.append(f"size {_size(self.bytes[0])} → {_size(self.bytes[1])}")
         if self.opset:
             out.append(f"opset {self.opset[0]} → {self.opset[1]}")
+        if self.capture:
+            out.append(f"captured with {self.capture[0] or 'unknown'} → {self.capture[1] or 'unknown'}")
         for kind, (a, b) in self.names.items():
             out.append(f"{kind} {a} → {b}")
         for name, a, b in self.dims:
@@ -91,6 +96,7 @@ class GraphDrift:
                 "nodes": list(self.nodes) if self.nodes else None,
                 "bytes": list(self.bytes) if self.bytes else None,
                 "opset": list(self.opset) if self.opset else None,
+                "capture": list(self.capture) if self.capture else None,
                 "names": {k: [a, b] for k, (a, b) in self.names.items()},
                 "dims": [[n, a, b] for n, a, b in self.dims],
                 "dtypes": [[n, a, b] for n, a, b in self.dtypes], "parts": self.parts(),
@@ -120,6 +126,10 @@ def graph_drift(before: dict[str, Any] | None, after: dict[str, Any] | None,
     for name in ("nodes", "opset"):
         if before.get(name) != after.get(name):
             setattr(d, name, (before.get(name), after.get(name)))
+    # Only where both records say how the graph was captured (older records do not).
+    a_cap, b_cap = before.get("capture_strategy"), after.get("capture_strategy")
+    if a_cap and b_cap and a_cap != b_cap:
+        d.capture = (a_cap, b_cap)
     a_size, b_size = before.get("bytes"), after.get("bytes")
     if a_size and b_size and abs(b_size - a_size) > SIZE_TOLERANCE * a_size:
         d.bytes = (a_size, b_size)

@@ -319,7 +319,7 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
     meta.extra["limits"] = {"cell_memory_mb": memory_mb, "log_max_mb": matrix.log_max_mb}
     job = Job(run_id=meta.run_id, run_dir=str(run_dir), env="", groups=(),
               base_dir=str(config_path.resolve().parent), threads=matrix.threads, latency=matrix.latency,
-              phase=PHASE_VERDICTS)
+              phase=PHASE_VERDICTS, determinism=matrix.determinism)
     todo = [(e, cells) for e, cells in plan_needs(plan, done) if cells]
     total = sum(len(cells) for _, cells in todo)
     console.print(f"run [bold]{meta.run_id}[/] → {escape(str(run_dir))}: {total} cells in "

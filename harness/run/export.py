@@ -153,9 +153,12 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     args, kwargs, marking = export_arguments(spec, exporter, opset, dynamic, constant_folding, outputs,
                                              dim_policy, supported)
     result = torch.onnx.export(spec.model, args, str(path), **kwargs)
-    if exporter == "dynamo" and not path.exists() and result is not None:  # very early dynamo=True releases
+    if exporter != "dynamo":
+        return marking, None, None
+    if not path.exists() and result is not None:  # very early dynamo=True releases
         result.save(str(path))
-    return marking, (result if exporter == "dynamo" else None), None
+    strategy = capture_strategy(result)
+    return marking, result, ({"capture_strategy": strategy} if strategy else None)
 
 
 def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = True,
@@ -191,6 +194,26 @@ def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = 
     if "verbose" in supported:
         kwargs["verbose"] = False
     return args, {**call, **kwargs}, (marking if dims else None)
+
+
+# torch.onnx's names of the ways it captured the graph (torch/onnx/_internal/exporter/
+# _capture_strategies.py): torch.export non-strict first, then strict, then (releases before 2.9)
+# the jit-trace fallback, or draft_export where enabled.
+CAPTURE_STRATEGY_NAMES = {
+    "TorchExportNonStrictStrategy": "torch.export(strict=False)",
+    "TorchExportStrictStrategy": "torch.export(strict=True)",
+    "TorchExportStrategy": "torch.export(strict=True)",
+    "JitTraceConvertStrategy": "jit.trace fallback",
+    "LegacyDynamoStrategy": "legacy dynamo",
+    "TorchExportDraftExportStrategy": "torch.export.draft_export",
+}
+
+
+def capture_strategy(program: Any) -> str | None:
+    """Which capture strategy produced a dynamo export, as torch recorded it on the ONNXProgram
+    (``_capture_strategy``, set by torch.onnx since 2.5); None where torch does not say."""
+    name = getattr(program, "_capture_strategy", None)
+    return CAPTURE_STRATEGY_NAMES.get(name, name) if isinstance(name, str) and name else None
 
 
 def dynamic_shapes(inputs: CaseInputs, dims: dict[Key, Dims], marking: str, model: Any) -> tuple:

@@ -10,7 +10,15 @@ import numpy as np
 
 
 class ParityError(AssertionError):
-    """Outputs differ beyond tolerance, in count, shape or dtype, or hold NaN/Inf where eager does not."""
+    """Outputs differ beyond tolerance, in count, shape or dtype, or hold NaN/Inf where eager does not.
+
+    ``stats``: the numbers of the comparison that failed, as ``compare_outputs`` returns them
+    when it passes (``max_abs``, ``max_rel``, and per output the worst element, the count beyond
+    tolerance or what was wrong), so that a failing cell keeps them on its record."""
+
+    def __init__(self, message: str, stats: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.stats = stats if stats is not None else {}
 
 
 def output_leaves(obj: Any) -> list[tuple[tuple, np.ndarray]]:
@@ -82,28 +90,42 @@ def output_names(paths: list[tuple]) -> list[str]:
 
 def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
                     atol: float, rtol: float, label: str) -> dict[str, Any]:
-    """Compare per output; return the numbers; raise ParityError on any mismatch.
+    """Compare per output; return the numbers; raise ParityError on any mismatch, naming the
+    first output that differs, with the numbers of every output (``ParityError.stats``).
 
     NaN and Inf pass only where eager has them at exactly the same places (Inf with the same
     sign); the returned ``notes`` then say so ("example shape: output 0: 3 NaN values at the
     same places as eager"), for the caller to put on the record.
     """
     if len(expected) != len(actual):
-        raise ParityError(f"{label}: runtime returned {len(actual)} outputs, eager {len(expected)}")
+        message = f"{label}: runtime returned {len(actual)} outputs, eager {len(expected)}"
+        raise ParityError(message, {"max_abs": None, "max_rel": None, "outputs": [], "error": message,
+                                    "notes": []})
     per_output = []
     notes: list[str] = []
-    worst = {"max_abs": 0.0, "max_rel": 0.0}
+    problems: list[str] = []
+    worst: dict[str, Any] = {"max_abs": None, "max_rel": None}
     for i, (exp, act) in enumerate(zip(expected, actual)):
         act = np.asarray(act)
         if exp.shape != act.shape:
-            raise ParityError(f"{label}: output {i} shape {list(act.shape)} != eager {list(exp.shape)}")
-        stats = _compare_one(exp, act, atol, rtol, f"{label}: output {i}")
-        if note := _nonfinite_note(stats, act.size):
-            notes.append(f"{label}: output {i}: {note}")
+            problem = f"{label}: output {i} shape {list(act.shape)} != eager {list(exp.shape)}"
+            stats = {"max_abs": None, "max_rel": None, "worst_index": None, "dtype": str(act.dtype),
+                     "shape": list(act.shape), "eager_shape": list(exp.shape)}
+        else:
+            stats, problem = _compare_one(exp, act, atol, rtol, f"{label}: output {i}")
+            if note := _nonfinite_note(stats, act.size):
+                notes.append(f"{label}: output {i}: {note}")
+        if problem:
+            stats["error"] = problem
+            problems.append(problem)
         per_output.append(stats)
-        worst["max_abs"] = max(worst["max_abs"], stats["max_abs"])
-        worst["max_rel"] = max(worst["max_rel"], stats["max_rel"])
-    return {**worst, "outputs": per_output, "notes": notes}
+        for k in ("max_abs", "max_rel"):
+            if stats.get(k) is not None:
+                worst[k] = max(worst[k] or 0.0, stats[k])
+    result = {**worst, "outputs": per_output, "notes": notes}
+    if problems:
+        raise ParityError(problems[0], result)
+    return {**{k: v or 0.0 for k, v in worst.items()}, "outputs": per_output, "notes": notes}
 
 
 def _nonfinite_note(stats: dict[str, Any], size: int) -> str | None:
@@ -119,15 +141,20 @@ def _first(mask: np.ndarray) -> tuple:
     return np.unravel_index(int(np.flatnonzero(mask)[0]), mask.shape)
 
 
-def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float, label: str) -> dict:
+def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float,
+                 label: str) -> tuple[dict, str | None]:
+    """The numbers of one output, and what is wrong with it (None: within tolerance)."""
     if exp.dtype != act.dtype:
-        raise ParityError(f"{label}: dtype {act.dtype} != eager {exp.dtype}")
+        return ({"max_abs": None, "max_rel": None, "worst_index": None, "dtype": str(act.dtype),
+                 "eager_dtype": str(exp.dtype)}, f"{label}: dtype {act.dtype} != eager {exp.dtype}")
     if exp.dtype == np.bool_:
         bad = np.flatnonzero(exp != act)
+        stats = {"max_abs": float(bool(bad.size)), "max_rel": 0.0, "worst_index": None, "dtype": str(act.dtype)}
         if bad.size:
-            idx = np.unravel_index(bad[0], exp.shape)
-            raise ParityError(f"{label}: {bad.size} boolean elements differ, first at {list(map(int, idx))}")
-        return {"max_abs": 0.0, "max_rel": 0.0, "worst_index": None, "dtype": str(act.dtype)}
+            idx = [int(i) for i in np.unravel_index(bad[0], exp.shape)]
+            stats.update(worst_index=idx, beyond=int(bad.size))
+            return stats, f"{label}: {bad.size} boolean elements differ, first at {idx}"
+        return stats, None
     e = exp.astype(np.float64)
     a = act.astype(np.float64)
     e_nan, a_nan = np.isnan(e), np.isnan(a)
@@ -140,8 +167,11 @@ def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float, lab
                        (e_inf & a_inf & (np.sign(e) != np.sign(a)), "Inf of the other sign than eager")):
         if mask.any():
             at = _first(mask)
-            raise ParityError(f"{label}: {int(mask.sum())}/{mask.size} values {what}, first at "
-                              f"{[int(i) for i in at]} (eager {e[at]:.6g}, runtime {a[at]:.6g})")
+            problem = (f"{label}: {int(mask.sum())}/{mask.size} values {what}, first at "
+                       f"{[int(i) for i in at]} (eager {e[at]:.6g}, runtime {a[at]:.6g})")
+            break
+    else:
+        problem = None
     finite = np.isfinite(e) & np.isfinite(a)
     with np.errstate(invalid="ignore"):   # inf - inf where both are Inf: masked out below
         diff = np.where(finite, np.abs(a - e), 0.0)
@@ -156,15 +186,16 @@ def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float, lab
     if n_nan or n_inf:
         # Counted so a report can tell "matches eager" from "nothing finite was compared".
         stats.update({"nan": n_nan, "inf": n_inf})
-    if diff.size and (excess > 0).any():
-        n_bad = int((excess > 0).sum())
+    if diff.size:
         at = tuple(stats["worst_index"])
-        raise ParityError(
-            f"{label}: {n_bad}/{diff.size} elements beyond atol={atol:g} rtol={rtol:g}; "
-            f"max_abs={max_abs:.3g} at {stats['worst_index']} (eager {e[at]:.6g}, "
-            f"runtime {a[at]:.6g}); max_rel={max_rel:.3g}"
-        )
-    return stats
+        stats.update(eager=float(e[at]), runtime=float(a[at]))   # the worst element's values
+    if problem is None and diff.size and (excess > 0).any():
+        n_bad = int((excess > 0).sum())
+        stats["beyond"] = n_bad
+        problem = (f"{label}: {n_bad}/{diff.size} elements beyond atol={atol:g} rtol={rtol:g}; "
+                   f"max_abs={max_abs:.3g} at {stats['worst_index']} (eager {e[at]:.6g}, "
+                   f"runtime {a[at]:.6g}); max_rel={max_rel:.3g}")
+    return stats, problem
 
 
 def second_shape_inputs(inputs: Any, dynamic_dims: dict, seed: int = 1) -> Any:

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
@@ -74,10 +74,17 @@ def short_error(exc: BaseException) -> str:
     return text[:500]
 
 
+# Called as each stage begins (the worker sends it to the runner, which charges a process that
+# dies before the cell's record to the stage it was in).
+on_stage_start: Callable[[Stage], None] | None = None
+
+
 @contextlib.contextmanager
 def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
     """Run one stage: time it into ``durations``; any exception becomes a ``StageFailure``."""
     name = which.value
+    if on_stage_start is not None:
+        on_stage_start(which)
     t0 = time.perf_counter()
     try:
         yield
@@ -93,6 +100,25 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
         raise StageFailure(which, exc) from exc
     finally:
         durations[name] = round(durations.get(name, 0.0) + time.perf_counter() - t0, 6)
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of the children it has waited for."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@contextlib.contextmanager
+def clocked(into: dict[str, float]) -> Iterator[None]:
+    """Add the block's wall and CPU seconds to ``into`` ("wall_s", "cpu_s")."""
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
+    try:
+        yield
+    finally:
+        into["wall_s"] = into.get("wall_s", 0.0) + time.perf_counter() - wall0
+        into["cpu_s"] = into.get("cpu_s", 0.0) + cpu_seconds() - cpu0
 
 
 def package_versions() -> dict[str, Any]:
@@ -132,12 +158,53 @@ class GroupContext:
         self.second_shape: dict[str, Any] | None = None   # how the second shape was checked
         self.dim_marking: str | None = None
         self.program: Any = None
+        self.clock: dict[str, float] = {}            # wall and CPU seconds of the shared stages
 
     @property
     def dims(self) -> dict:
         return self.spec.dynamic_dims if self.spec is not None and self.group.options.dynamic else {}
 
     def prepare(self) -> None:
+        with clocked(self.clock):
+            again = self._export_in_a_copy() if self.job.determinism else None
+            self._prepare()
+        if again is not None:
+            self._compare_exports(again)
+
+    def _export_in_a_copy(self) -> Path | None:
+        """``determinism``: the same export first in a fresh copy of this process (forked before
+        this one builds anything), into a file of its own; None when that copy failed."""
+        from harness.run import fresh
+
+        again = self.onnx_path.with_name(self.onnx_path.stem + ".again.onnx")
+
+        def export_again() -> bool:
+            global on_stage_start
+            on_stage_start = None          # the copy sends no events
+            copy = GroupContext(self.job, self.group, again.parent)
+            copy.onnx_path = again
+            copy._prepare()
+            return copy.failure is None
+        print("=== determinism: the same export in a fresh process ===", flush=True)
+        status = fresh.in_fresh_copy(export_again)
+        return again if status == 0 and again.exists() else None
+
+    def _compare_exports(self, again: Path) -> None:
+        from harness.run.determinism import compare_exports
+
+        if self.failure is None:
+            try:
+                result = compare_exports(again, self.onnx_path)
+            except Exception as exc:  # noqa: BLE001 - a fact that could not be taken
+                result = {"identical": None, "error": short_error(exc)}
+            self.graph["determinism"] = result
+            if result.get("identical") is False:
+                self.notes.append("the export is not deterministic: two fresh processes exported files "
+                                  f"that differ in {', '.join(result['differs'])}")
+        for p in again.parent.glob(again.name + "*"):
+            p.unlink()
+
+    def _prepare(self) -> None:
         from harness.run import export as exp
         from harness.run.cases import CaseSkipped, build_case
         from harness.run.parity import output_names
@@ -225,10 +292,6 @@ class GroupContext:
 
 
 def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Record:
-    from harness.run.latency import measure, runtime_floor
-    from harness.run.parity import compare_outputs
-    from harness.runtimes import load_adapter
-
     job, g = ctx.job, ctx.group
     rec = Record.for_cell(job.run_id, g.key(cell), versions["torch"], job.env, Status.PASS,
                           cell_id=cell.cell_id, versions=dict(versions), graph=ctx.graph,
@@ -237,6 +300,25 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
         # How dynamic dims reached the exporter (not part of the cell's identity).
         rec.options["dim_marking"] = ctx.dim_marking
     durations = dict(ctx.durations)
+    clock = dict(ctx.clock)
+    with clocked(clock):
+        _run_stages(ctx, cell, rec, durations)
+    rec.wall_s, rec.cpu_s = round(clock["wall_s"], 3), round(clock["cpu_s"], 3)
+    if g.exporter == "optimum":
+        from harness.run.export_optimum import note_disagreement
+
+        note_disagreement(rec)
+    rec.duration_s = durations
+    rec.finished_at = time.time()
+    return rec
+
+
+def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[str, float]) -> None:
+    from harness.run.latency import measure, runtime_floor
+    from harness.run.parity import ParityError, compare_outputs
+    from harness.runtimes import load_adapter
+
+    job, g = ctx.job, ctx.group
     adapter = None
     try:
         if ctx.failure:
@@ -261,18 +343,27 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
                         raise
                     raise _second_shape_error(ctx, adapter, graph_inputs, use, exc) from exc
         with stage(Stage.PARITY, durations):
+            # Every shape is compared, and its numbers kept, also when one fails: the record
+            # of a parity failure says by how much, where, per output and per shape.
             parity = Parity(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
+            rec.parity = parity
+            if ctx.second_shape:
+                parity.extra["second_shape"] = dict(ctx.second_shape)
+            failed: ParityError | None = None
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
                 label = "example shape" if i == 0 else "second shape"
-                stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label)
+                try:
+                    stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label)
+                except ParityError as exc:
+                    stats, failed = {**exc.stats, "failed": True}, failed or exc
                 rec.notes.extend(stats.pop("notes", []))   # NaN/Inf where eager has them too
                 shape = {n: list(v.shape) for n, v in ctx.feeds[i].items()}
                 parity.shapes.append({"inputs": shape, **stats})
-            parity.max_abs = max(s["max_abs"] for s in parity.shapes)
-            parity.max_rel = max(s["max_rel"] for s in parity.shapes)
-            if ctx.second_shape:
-                parity.extra["second_shape"] = dict(ctx.second_shape)
-            rec.parity = parity
+            for k in ("max_abs", "max_rel"):
+                found = [s[k] for s in parity.shapes if s.get(k) is not None]
+                setattr(parity, k, max(found) if found else None)
+            if failed is not None:
+                raise failed
         if job.phase != PHASE_VERDICTS:   # in a run's verdict phase, latency comes later
             with stage(Stage.LATENCY, durations):
                 if job.latency.enabled:
@@ -293,13 +384,6 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
             with contextlib.suppress(Exception):
                 adapter.deactivate()
-    if g.exporter == "optimum":
-        from harness.run.export_optimum import note_disagreement
-
-        note_disagreement(rec)
-    rec.duration_s = durations
-    rec.finished_at = time.time()
-    return rec
 
 
 def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str],

@@ -2,16 +2,25 @@
 
 Whatever a case does, the run goes on and every planned cell gets exactly one record:
 
+- each export group runs in a fresh process forked from the worker (``harness.run.fresh``);
+  a group's process that dies ends the worker the same way, so what follows holds per group;
 - a worker that ends without its last event (``bye``): killed by a signal, or exited with any
   code (a case calling ``sys.exit(0)`` or ``os._exit(0)``), or one that sends an unreadable
-  event, is a death of the cell it was on (of the group's remaining cells during the export). The
+  event, is a death of the cell it was on (of the group's remaining cells before the first
+  cell, charged to the stage the group said it was in: reference, export or check). The
   cell is retried in a fresh worker; a cell that kills ``MAX_DEATHS_PER_CELL`` workers is recorded
   as ``crash``, and the run moves on (no endless restarts);
-- a worker that makes no progress for ``cell_timeout_s`` is killed and the cell is ``timeout``;
+- a worker that makes no progress (no event) for ``cell_timeout_s`` is killed and the cell is
+  ``timeout``, judged by the cell's own progress (``Progress``): a cell its processes keep busy
+  gets ``cell_timeout_s`` of CPU time (a starved cell on a loaded machine is not cut short), one
+  whose processes use no CPU (hung) ends at ``cell_timeout_s`` of wall time, and none runs past
+  ``TIMEOUT_WALL_FACTOR`` times it; the record keeps both times (``wall_s``, ``cpu_s``);
 - a worker whose process tree holds more than ``cell_memory_mb`` of resident memory (polled with
   psutil) is killed and the cell is ``crash`` with the error ``MemoryLimit: ...``;
 - processes a case leaves behind (``os.fork``, daemons, a child holding the worker's pipes) are
-  killed after each group and when the worker ends: every process of the worker's tree and every
+  killed after each group (by the worker, a child subreaper, before it forks the next group; by
+  the runner for a worker that runs groups in place) and when the worker ends: every process of
+  the worker's tree and every
   process carrying the worker's token in its environment (which survives re-parenting and
   ``setsid``). A forked process never sends an event (the worker checks its pid; the supervisor
   also drops events from any other pid), so no record is written twice;
@@ -31,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import select
 import shutil
@@ -46,6 +56,18 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
+from harness.core.events import (
+    EVENT_TYPES,
+    Bye,
+    CellStart,
+    EventError,
+    GroupStart,
+    Hello,
+    RecordDone,
+    StageStart,
+    Want,
+    event_from_dict,
+)
 from harness.core.job import ExportGroup, Job
 from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
@@ -65,11 +87,30 @@ MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is re
 BYE_GRACE_S = 10.0           # a worker that said bye but does not exit (a case's thread) is killed
 DRAIN_S = 2.0                # how long output of dead processes is read after the worker ended
 MIB = 2 ** 20
+TIMEOUT_WALL_FACTOR = 4.0    # no cell runs past this many times cell_timeout_s of wall time
+IDLE_WINDOW_S = 10.0         # a tree that got under IDLE_CPU_SHARE of a CPU over this long is idle
+IDLE_CPU_SHARE = 0.02
+CPU_POLL_S = 1.0
 _WORKER_SEQ = count(1)       # job file names: unique per runner, also with workers in parallel
 
 
 class Stopped(Exception):
     """The runner is stopping (a signal): the worker was killed, nothing is recorded for it."""
+
+
+GROUP_ORDER_ENV = "HARNESS_GROUP_ORDER"   # tests: "reverse" or "shuffle:SEED" (plan order if unset)
+
+
+def group_order(groups: Iterable[ExportGroup]) -> list[ExportGroup]:
+    """The order an environment's groups are handed out in: the plan's, or, to show that no
+    verdict depends on it, reversed or shuffled (``HARNESS_GROUP_ORDER``)."""
+    out = list(groups)
+    order = os.environ.get(GROUP_ORDER_ENV, "")
+    if order == "reverse":
+        out.reverse()
+    elif order.startswith("shuffle:"):
+        random.Random(order.split(":", 1)[1]).shuffle(out)
+    return out
 
 
 class EnvWork:
@@ -78,7 +119,7 @@ class EnvWork:
 
     def __init__(self, env_plan: EnvPlan, groups: Iterable[ExportGroup] = ()) -> None:
         self.env_plan = env_plan
-        self.queue: deque[ExportGroup] = deque(groups)
+        self.queue: deque[ExportGroup] = deque(group_order(groups))
         self.deaths: dict[str, list[str]] = {}
         self.early_ends = 0           # workers of this environment that ended early
         self.failed: Exception | None = None
@@ -238,6 +279,96 @@ class Death:
     status: Status
     why: str
     final: bool = False           # timeouts and memory-limit kills are not retried
+    wall_s: float | None = None   # a timeout: the wall and CPU time since the last progress
+    cpu_s: float | None = None
+
+
+def tree_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process, its descendants and the children it reaped
+    (a group's finished process); None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+class Progress:
+    """The timeout rule: a cell's budget is ``timeout_s`` since its last progress (an event), in
+    CPU seconds of its process tree when the tree is measured (``measure``), so that load on the
+    machine does not decide the verdict; a tree that got (almost) no CPU over ``IDLE_WINDOW_S`` is
+    hung and ends at ``timeout_s`` of wall time; nothing runs past ``TIMEOUT_WALL_FACTOR`` times
+    ``timeout_s``. Unmeasured (a container's processes are Docker's): wall time alone."""
+
+    def __init__(self, timeout_s: float, measure: Callable[[], float | None] | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s, self.measure, self.clock = timeout_s, measure, clock
+        self.samples: deque[tuple[float, float]] = deque()
+        self.extra_s = 0.0
+        self.reset()
+
+    def reset(self, extra_s: float = 0.0) -> None:
+        """Progress now; ``extra_s`` more budget until the next (the worker's imports)."""
+        self.extra_s = extra_s
+        self.start = self.clock()
+        self.samples.clear()
+        self.cpu0 = self._sample(self.start)
+        self.next_sample = self.start + CPU_POLL_S
+
+    def _sample(self, now: float) -> float | None:
+        cpu = self.measure() if self.measure is not None else None
+        if cpu is not None:
+            self.samples.append((now, cpu))
+            while len(self.samples) > 2 and self.samples[1][0] <= now - IDLE_WINDOW_S:
+                self.samples.popleft()
+        return cpu
+
+    def times(self) -> tuple[float, float | None]:
+        """Wall and CPU seconds since the last progress."""
+        now = self.clock()
+        cpu = self.samples[-1][1] if self.samples else None
+        return now - self.start, (cpu - self.cpu0 if cpu is not None and self.cpu0 is not None else None)
+
+    def poll(self) -> Death | None:
+        """A ``timeout`` death once the budget is spent; None while the cell may go on."""
+        now = self.clock()
+        if now >= self.next_sample:
+            self.next_sample = now + CPU_POLL_S
+            self._sample(now)
+        budget = self.timeout_s + self.extra_s
+        wall, cpu = self.times()
+        if wall < budget:
+            return None
+        if cpu is None:
+            why = f"Timeout: no progress within {self.timeout_s:g} s"
+        elif cpu >= budget:
+            why = (f"Timeout: no progress within {self.timeout_s:g} s of CPU time ({cpu:.0f} s CPU "
+                   f"in {wall:.0f} s)")
+        elif wall >= budget * TIMEOUT_WALL_FACTOR:
+            why = (f"Timeout: no progress within {wall:.0f} s ({TIMEOUT_WALL_FACTOR:g} x "
+                   f"cell_timeout_s={self.timeout_s:g}; {cpu:.0f} s CPU)")
+        elif self._idle(now):
+            why = (f"Timeout: no progress within {self.timeout_s:g} s, its processes idle "
+                   f"({cpu:.1f} s CPU in {wall:.0f} s)")
+        else:
+            return None       # starved, not hung: it gets its budget in CPU seconds
+        return Death(Status.TIMEOUT, why, final=True, wall_s=round(wall, 3),
+                     cpu_s=None if cpu is None else round(cpu, 3))
+
+    def _idle(self, now: float) -> bool:
+        window = min(IDLE_WINDOW_S, self.timeout_s)
+        old = [s for s in self.samples if s[0] <= now - window]
+        if not old:
+            return False      # not watched long enough to tell
+        t0, c0 = old[-1]
+        t1, c1 = self.samples[-1]
+        return t1 > t0 and (c1 - c0) / (t1 - t0) < IDLE_CPU_SHARE
 
 
 @dataclass
@@ -253,6 +384,10 @@ class AttemptState:
     feed: Callable[[], ExportGroup | None] | None = None           # more groups on "want"
     groups_w: int | None = None                                    # the pipe they go down
     relay: Any = None
+    fresh: bool = False           # the worker forks a process per group and cleans up after it
+    child: int | None = None      # the pid of the current group's process
+    stage: str | None = None      # the stage the group (or its current cell) is in
+    progress: Any = None          # the timeout rule's clock (``Progress``)
 
 
 class WorkerSupervisor:
@@ -395,7 +530,9 @@ class WorkerSupervisor:
     def _supervise(self, proc: subprocess.Popen, events_r: int, out_r: int, relay: LogRelay,
                    state: AttemptState, token: str) -> Death | None:
         """Read events and output until the worker says bye (None) or ends early (a Death)."""
-        deadline = time.monotonic() + self.cell_timeout_s + 120  # the first covers imports
+        progress = Progress(self.cell_timeout_s, (lambda: tree_cpu(proc.pid)) if self.owns_tree else None)
+        progress.reset(extra_s=120)   # the first covers imports
+        state.progress = progress
         next_poll = 0.0
         watch = {events_r, out_r}
         buf = b""
@@ -403,9 +540,9 @@ class WorkerSupervisor:
             if self.stop is not None and self.stop.is_set():
                 raise Stopped()
             now = time.monotonic()
-            if now >= deadline:
-                return Death(Status.TIMEOUT, f"Timeout: no progress within {self.cell_timeout_s:g} s",
-                             final=True)
+            timeout = progress.poll()
+            if timeout is not None:
+                return timeout
             if self.memory_limit_mb and now >= next_poll and self.owns_tree:
                 next_poll = now + MEMORY_POLL_S
                 rss = tree_rss(proc.pid)
@@ -413,7 +550,7 @@ class WorkerSupervisor:
                     return Death(Status.CRASH, f"MemoryLimit: the worker's processes reached "
                                  f"{rss / MIB:.0f} MiB, over cell_memory_mb={self.memory_limit_mb}",
                                  final=True)
-            ready, _, _ = select.select(list(watch), [], [], max(0.0, min(deadline - now, MEMORY_POLL_S)))
+            ready, _, _ = select.select(list(watch), [], [], MEMORY_POLL_S)
             events_closed = False
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
@@ -433,7 +570,7 @@ class WorkerSupervisor:
                     problem = self._event(line, state, proc.pid, token)
                     if problem:
                         return Death(Status.CRASH, f"Crash: {problem}")
-                    deadline = time.monotonic() + self.cell_timeout_s
+                    progress.reset()
             if state.bye:
                 return None
             if events_closed or proc.poll() is not None:
@@ -461,32 +598,44 @@ class WorkerSupervisor:
     def _event(self, line: bytes, state: AttemptState, worker_pid: int, token: str) -> str | None:
         """Apply one event; a protocol problem (the worker cannot be trusted further) as a string."""
         try:
-            event = json.loads(line)
+            data = json.loads(line)
         except ValueError:
             return f"worker sent an unreadable event ({line[:80]!r})"
-        if not isinstance(event, dict):
+        if not isinstance(data, dict):
             return f"worker sent an unreadable event ({line[:80]!r})"
-        kind, pid = event.get("event"), event.get("pid")
-        if kind == "hello" and state.pid is None:
-            state.pid = pid
-        elif pid is not None and state.pid is not None and pid != state.pid:
+        if data.get("event") not in EVENT_TYPES:
+            self.on_event(data)       # a kind this runner does not know: passed on, never counted
+            return None
+        try:
+            event = event_from_dict(data)
+        except EventError as exc:
+            return f"worker sent an unreadable event ({exc})"
+        pid = event.pid
+        if isinstance(event, Hello) and state.pid is None:
+            state.pid, state.fresh = pid, event.fresh
+        elif isinstance(event, GroupStart) and state.fresh and pid is not None and \
+                event.parent is not None and event.parent == state.pid:
+            state.child = pid         # a group's own process, forked by the worker
+        elif pid is not None and state.pid is not None and pid not in (state.pid, state.child):
             return None   # from a process a case forked: never counted
-        if kind == "group_start":
-            group = state.groups.get(event.get("gid"))
+        if isinstance(event, GroupStart):
+            group = state.groups.get(event.gid)
             if group is None:
-                return f"worker started an unknown group {event.get('gid')!r}"
-            if state.groups_started and self.owns_tree:
+                return f"worker started an unknown group {event.gid!r}"
+            if state.groups_started and self.owns_tree and not state.fresh:
                 reap(worker_pid, token, keep={worker_pid})   # what the previous group left behind
             state.groups_started += 1
-            state.group, state.cell = group, None
-        elif kind == "cell_start":
-            cid = event.get("cell_id")
+            state.group, state.cell, state.stage = group, None, None
+        elif isinstance(event, StageStart):
+            state.stage = event.stage
+        elif isinstance(event, CellStart):
+            cid = event.cell_id
             if state.group is None or cid not in {c.cell_id for c in state.group.cells}:
                 return f"worker started cell {cid!r} outside its group"
-            state.cell = cid
-        elif kind == "record":
+            state.cell, state.stage = cid, None
+        elif isinstance(event, RecordDone):
             try:
-                rec = Record.from_dict(event.get("record"))
+                rec = Record.from_dict(event.record)
             except SchemaError as exc:
                 return f"worker sent an invalid record: {exc}"
             if rec.cell_id in state.done or rec.cell_id not in self.cells:
@@ -496,15 +645,15 @@ class WorkerSupervisor:
                                  f"cell ({'; '.join(self.deaths[rec.cell_id])}); this is the "
                                  "result of a fresh worker")
             state.done.add(rec.cell_id)
-            state.cell = None
+            state.cell, state.stage = None, None
             self.on_record(rec)
             if rec.bundle and state.group is not None:
                 state.bundles.setdefault(state.group.gid, []).append(Path(rec.bundle))
-        elif kind == "want":
+        elif isinstance(event, Want):
             self._hand_out(state)
-        elif kind == "bye":
+        elif isinstance(event, Bye):
             state.bye = True
-        self.on_event(event)
+        self.on_event(data)
         return None
 
     def _hand_out(self, state: AttemptState) -> None:
@@ -562,7 +711,8 @@ class WorkerSupervisor:
         record now, the others are retried by the next worker."""
         spec = self.env_plan.env
         if state.cell:
-            group, victims, stage = state.group, [state.cell], None
+            # the stage of the cell it was in (load, run, parity, latency), when it said so
+            group, victims, stage = state.group, [state.cell], _cell_stage(state.stage)
         else:
             def undone(g: ExportGroup | None) -> bool:
                 return g is not None and any(c.cell_id not in state.done for c in g.cells)
@@ -574,7 +724,10 @@ class WorkerSupervisor:
                     f"worker for {spec.name} ended before running a cell ({death.why}); see "
                     f"{self.run_dir / 'logs' / self.worker_log}")
             victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
-            stage = Stage.EXPORT.value
+            # The group's stage it died in (reference, export, check); a worker that names none
+            # (an older one) died in the export, the one long step before a cell's first event.
+            stage = state.stage if group is state.group and state.stage in GROUP_STAGES else \
+                Stage.REFERENCE.value if state.fresh else Stage.EXPORT.value
         log_path = self.run_dir / "logs" / f"{group.gid}.log"
         for cid in victims:
             deaths = self.deaths.setdefault(cid, [])
@@ -583,9 +736,17 @@ class WorkerSupervisor:
                 continue
             notes = [f"{len(deaths)} workers died on this cell: {'; '.join(deaths)}"] if len(deaths) > 1 else []
             rec = planned_record(self.run_id, self.cells[cid], spec.name, death.status, stage=stage,
-                                 error=death.why, log=str(log_path), notes=notes)
+                                 error=death.why, log=str(log_path), notes=notes,
+                                 wall_s=death.wall_s, cpu_s=death.cpu_s)
             state.done.add(cid)
             self.on_record(rec)
+
+
+GROUP_STAGES = (Stage.REFERENCE.value, Stage.EXPORT.value, Stage.CHECK.value)
+
+
+def _cell_stage(stage: str | None) -> str | None:
+    return stage if stage in {s.value for s in Stage} and stage not in GROUP_STAGES else None
 
 
 def exit_reason(proc: subprocess.Popen) -> str:
@@ -601,7 +762,9 @@ def exit_reason(proc: subprocess.Popen) -> str:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident memory of a process and its descendants, in bytes (0 once it is gone)."""
+    """Resident memory of a process and its descendants, in bytes (0 once it is gone). Each
+    process counts its proportional share of pages it shares (PSS): a group's process forked
+    from the warm worker shares the worker's imported torch, which counts once, not twice."""
     total = 0
     try:
         root = psutil.Process(pid)
@@ -610,7 +773,10 @@ def tree_rss(pid: int) -> int:
         return 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
+            try:
+                total += p.memory_full_info().pss
+            except (AttributeError, psutil.AccessDenied):
+                total += p.memory_info().rss
     return total
 
 

@@ -14,6 +14,12 @@ verdict phase: exported files kept in the run's spool), or only latency (the lat
 spooled files timed, torch not even imported). stdout/stderr of a group go to its log
 (``GroupLogs``). A process that a case forks never gets past the next line of worker code
 (``leave_if_forked``).
+
+Each export group runs in a fresh process forked from the worker (``harness.run.fresh``): the
+worker is the environment's warm parent, which has imported torch, the exporters and the
+runtimes but runs nothing itself, so no group sees what an earlier one left in the process.
+``HARNESS_WORKER_FORK=0`` runs the groups in the worker itself (the long-lived worker, kept
+for the bench).
 """
 from __future__ import annotations
 
@@ -30,8 +36,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from harness.core.events import Bye, CellStart, GroupStart, Hello, RecordDone, StageStart, Want
 from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
 from harness.core.status import Status
+from harness.run import fresh, stages
 from harness.run.blame import diagnose
 from harness.run.bundle import write_bundle
 from harness.run.loaded import CaseFiles, expand_declared
@@ -70,7 +78,10 @@ def _stop_forked_child_in_harness_code() -> None:
     """Runs in every process forked from the worker (``os.register_at_fork``): the child goes on
     running the case's own code (a multiprocessing worker, a daemon), but the moment it calls or
     returns into harness code it is a copy of the worker loop and ends, before it exports, writes
-    a file or sends an event."""
+    a file or sends an event. A group's own process, forked by the worker loop, is not one."""
+    if fresh.FORKING:
+        return
+
     def profile(frame, event, arg) -> None:
         if frame.f_code is _stop_forked_child_in_harness_code.__code__:
             return   # this hook itself, run again in a grandchild that inherited the profile
@@ -209,7 +220,7 @@ class GroupFeed:
         self.emit = emit
 
     def __call__(self) -> ExportGroup | None:
-        self.emit({"event": "want"})
+        self.emit(Want().to_dict())
         line = self.stream.readline()
         leave_if_forked()
         data = json.loads(line) if line.strip() else None
@@ -222,23 +233,39 @@ def _groups(job: Job, feed: Callable[[], ExportGroup | None] | None) -> Iterator
         yield group
 
 
+def _became_group_process() -> None:
+    global _WORKER_PID
+    _WORKER_PID = os.getpid()
+
+
 def run_job(job: Job, emit, logs: GroupLogs | None = None,
-            feed: Callable[[], ExportGroup | None] | None = None) -> None:
+            feed: Callable[[], ExportGroup | None] | None = None, fork: bool = False) -> None:
+    """Run the job's groups (and those ``feed`` hands out); with ``fork``, each group in a fresh
+    process forked from this one (``harness.run.fresh``; the caller wraps this in
+    ``fresh.contained``)."""
     logs = logs or GroupLogs()
     if job.phase == PHASE_LATENCY:
         run_latency_job(job, emit, logs)
         return
+    preloaded = fresh.preload() if fork else []
     versions = package_versions()
-    emit({"event": "hello", "versions": versions, "pid": os.getpid()})
+    emit(Hello(versions=versions, pid=os.getpid(), fresh=fork, preloaded=preloaded,
+               threads=fresh.thread_count()).to_dict())
+    stages.on_stage_start = lambda which: emit(StageStart(stage=which.value).to_dict())
+    groups = _groups(job, feed)
+    if fork:
+        groups = fresh.per_group(groups, on_child=_became_group_process)
     run_dir = Path(job.run_dir)
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
     spool = job.phase == PHASE_VERDICTS and job.latency.enabled
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
+        # One per process: a group's fresh process starts from the warm parent's (empty) one;
+        # the long-lived worker (HARNESS_WORKER_FORK=0) keeps the union of its groups' files.
         loaded = CaseFiles(exclude=[run_dir, tmp])
-        for group in _groups(job, feed):
-            emit({"event": "group_start", "gid": group.gid})
+        for group in groups:
+            emit(GroupStart(gid=group.gid, parent=fresh.PARENT).to_dict())
             log_path = log_dir / f"{group.gid}.log"
             workdir = job.spool / group.gid if spool else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +280,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                     except Exception:  # noqa: BLE001 - the latency phase fails these cells, naming it
                         traceback.print_exc()
             for cell in group.cells:
-                emit({"event": "cell_start", "cell_id": cell.cell_id})
+                emit(CellStart(cell_id=cell.cell_id).to_dict())
                 with logs.block(group.gid, log_path):
                     print(f"=== cell {cell.cell_id} ===", flush=True)
                     rec = run_cell(ctx, cell, versions)
@@ -263,7 +290,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                     if rec.status is Status.FAIL and job.bundles:
                         logs.cap(log_path)
                         write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
-                emit({"event": "record", "record": rec.to_dict()})
+                emit(RecordDone(record=rec.to_dict()).to_dict())
             if not spool:
                 for p in Path(tmp).glob(f"{group.gid}.onnx*"):
                     p.unlink()
@@ -285,16 +312,16 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
     """The latency phase in one environment: each group's spooled file, loaded again in each
     cell's runtime and timed (the runner starts this worker when nothing else runs). Each record
     holds the timing only; the runner joins it to the cell's verdict."""
-    emit({"event": "hello", "versions": {}, "pid": os.getpid()})
+    emit(Hello(versions={}, pid=os.getpid()).to_dict())
     run_dir = Path(job.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     for group in job.groups:
-        emit({"event": "group_start", "gid": group.gid})
+        emit(GroupStart(gid=group.gid).to_dict())
         log_path = run_dir / "logs" / f"{group.gid}.log"
         with logs.block(group.gid, log_path):
             spooled = read_spool(job, group)
         for cell in group.cells:
-            emit({"event": "cell_start", "cell_id": cell.cell_id})
+            emit(CellStart(cell_id=cell.cell_id).to_dict())
             with logs.block(group.gid, log_path):
                 print(f"=== latency {cell.cell_id} ===", flush=True)
                 rec = time_cell(job, group, cell, spooled)
@@ -304,7 +331,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
                     ctx.feeds = [spooled.feeds]
                     logs.cap(log_path)
                     write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
-            emit({"event": "record", "record": rec.to_dict()})
+            emit(RecordDone(record=rec.to_dict()).to_dict())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         job = job.replace(bundles=False, run_dir=tempfile.mkdtemp(prefix="harness-repro-"), phase=PHASE_ALL)
     feed = GroupFeed(args.groups_fd, emit) if args.groups_fd is not None else None
-    run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env(), feed)
-    emit({"event": "bye"})
+    with fresh.contained():
+        run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env(), feed, fork=fresh.enabled())
+    emit(Bye().to_dict())
     return 0
 
 

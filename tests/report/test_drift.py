@@ -46,6 +46,19 @@ def test_interface_changes_are_names_and_which_dims_are_fixed():
     assert not graph_drift(base, {**base, "bytes": base["bytes"] + 30}).changed
 
 
+def test_a_change_of_capture_strategy_is_drift_when_both_sides_name_one():
+    base = facts({"Relu": 1}, [("input_0", ["batch", 8])])
+    strict = {**base, "capture_strategy": "torch.export(strict=True)"}
+    non_strict = {**base, "capture_strategy": "torch.export(strict=False)"}
+    d = graph_drift(non_strict, strict, "2.6.0", "2.13.0")
+    assert d.changed and not d.io_changed
+    assert d.capture == ("torch.export(strict=False)", "torch.export(strict=True)")
+    assert d.summary() == "captured with torch.export(strict=False) → torch.export(strict=True)"
+    assert d.to_dict()["capture"] == ["torch.export(strict=False)", "torch.export(strict=True)"]
+    assert not graph_drift(non_strict, dict(non_strict)).changed
+    assert not graph_drift(base, strict).changed      # an older record does not say: no drift
+
+
 def test_no_drift_without_the_facts_on_both_sides():
     old = {"opset": 18, "nodes": 1, "ops": {"Relu": 1}, "bytes": 100, "inputs": ["input_0"]}
     assert graph_drift(old, facts({"Relu": 1}, [("input_0", [1])])) is None

@@ -188,3 +188,19 @@ def test_worker_records_carry_the_nonfinite_note_or_fail_at_parity(tmp_path):
 
     words = shlex.split(recs["sign_log"].repro)
     assert words[-2:] == [str(run_dir / "bundles" / "c-sign_log" / "cell.json"), "--print"]
+
+
+def test_a_failing_comparison_keeps_the_numbers_of_every_output():
+    a = np.zeros((2, 3), dtype=np.float32)
+    b = a.copy()
+    b[1, 2] = 0.5
+    ok = np.ones(4, dtype=np.float32)
+    with pytest.raises(ParityError, match=r"output 0: 1/6 elements beyond") as info:
+        compare_outputs([a, ok, a], [b, ok + 1e-6, a.reshape(3, 2)], atol=1e-4, rtol=1e-3, label="x")
+    stats = info.value.stats
+    assert stats["max_abs"] == pytest.approx(0.5) and stats["max_rel"] > 0
+    first, second, third = stats["outputs"]
+    assert first["worst_index"] == [1, 2] and first["beyond"] == 1
+    assert (first["eager"], first["runtime"]) == (0.0, 0.5) and "beyond" in first["error"]
+    assert 0 < second["max_abs"] < 1e-5 and "error" not in second
+    assert third["shape"] == [3, 2] and third["eager_shape"] == [2, 3] and third["max_abs"] is None

@@ -65,6 +65,9 @@ def test_raise_abort_hang_are_contained(misbehaving_run):
     assert "broken on purpose" in recs["raises"].error
     assert "Traceback" in open(recs["raises"].log).read()
     assert recs["aborts"].status == "crash" and "SIGABRT" in recs["aborts"].error
+    # The case aborts while it is being built: charged to that stage, not to the export.
+    assert recs["aborts"].stage == "reference"
+    assert (recs["hangs"].stage, recs["conv_bn"].stage) == ("reference", None)
     assert recs["hangs"].status == "timeout"
     assert recs["conv_bn"].status == "pass"  # the run went on after all three
     meta = json.loads((misbehaving_run / "run.json").read_text())
@@ -128,7 +131,7 @@ def test_a_case_that_ends_the_worker_with_status_0_is_a_crash_after_one_retry(ho
     recs = {r.case: r for r in read_records(hostile_run[0] / "results.jsonl")}
     for case in ("exits_zero", "os_exit_zero"):
         rec = recs[case]
-        assert (rec.status, rec.stage) == ("crash", "export"), rec
+        assert (rec.status, rec.stage) == ("crash", "reference"), rec   # it exits while built
         assert "exited with code 0 before its last event" in rec.error
         assert rec.notes and rec.notes[0].startswith("2 workers died on this cell")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -97,11 +98,16 @@ def test_run_job_emits_one_record_per_cell(tmp_path):
               latency=LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1, warmup_s=0.0))
     events: list[dict] = []
     run_job(Job.from_dict(json.loads(job.to_json())), events.append)
-    kinds = [e["event"] for e in events]
-    assert kinds == ["hello", "group_start", "cell_start", "record", "group_start", "cell_start", "record"]
+    kinds = [e["event"] + (f":{e['stage']}" if e["event"] == "stage" else "") for e in events]
+    assert kinds == ["hello", "group_start", "stage:reference", "stage:export", "stage:check",
+                     "cell_start", "stage:load", "stage:run", "stage:parity", "stage:latency", "record",
+                     "group_start", "stage:reference", "cell_start", "record"]
     ok, bad = (Record.from_dict(e["record"]) for e in events if e["event"] == "record")
     assert ok.status is Status.PASS and ok.key == CellKey("lin", "torchscript", 17, "ort-cpu")
     assert ok.parity.max_abs is not None and len(ok.parity.shapes) == 2 and ok.latency_ms.iterations >= 5
+    # wall and CPU seconds: the group's shared stages and the cell's own (latency timing included)
+    assert ok.wall_s >= sum(ok.duration_s.values()) - 0.01 and 0 < ok.cpu_s
+    assert bad.wall_s >= bad.duration_s["reference"] - 0.01
     assert (bad.status, bad.stage) == (Status.FAIL, "reference") and "broken on purpose" in bad.error
     bundle = tmp_path / "run" / "bundles" / "c-bad"
     assert (bundle / "cell.json").exists() and Job.read(bundle / "cell.json").groups[0].cells[0].cell_id == "c-bad"
@@ -126,6 +132,32 @@ def _export_failure() -> BaseException:
             raise TorchExportError("Failed to export the model with torch.export. This is step 1/3") from exc
     except TorchExportError as exc:
         return exc
+
+
+def test_a_parity_failure_keeps_its_numbers_per_shape_and_output(tmp_path):
+    case = tmp_path / "cases.py"
+    # The exported graph adds 1 where eager adds nothing, from the example shape on.
+    case.write_text("import torch\n"
+                    "class Off(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        return x * 2, x + (1.0 if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() else 0.0)\n"
+                    "def off():\n"
+                    "    return Off(), (torch.zeros(2, 4),), {0: {0: 'batch'}}\n")
+    group = ExportGroup("g", "off", f"{case}:off", "torchscript", 17, cells=(CellJob("c", "ort-cpu", "ort-cpu"),))
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,), base_dir=str(tmp_path),
+              bundles=False, latency=LatencyProtocol(enabled=False))
+    events: list[dict] = []
+    run_job(job, events.append)
+    rec = next(Record.from_dict(e["record"]) for e in events if e["event"] == "record")
+    assert (rec.status, rec.stage) == (Status.FAIL, "parity"), rec.error
+    assert rec.parity.max_abs == pytest.approx(1.0) and len(rec.parity.shapes) == 2
+    for shape in rec.parity.shapes:
+        doubled, shifted = shape["outputs"]
+        assert shape["failed"] and doubled["max_abs"] == 0.0 and "error" not in doubled
+        elements = math.prod(next(iter(shape["inputs"].values())))
+        assert shifted["max_abs"] == pytest.approx(1.0) and shifted["beyond"] == elements
+        assert (shifted["eager"], shifted["runtime"]) == (0.0, 1.0) and shifted["worst_index"] is not None
+    assert Record.from_dict(json.loads(rec.to_json())).parity.shapes == rec.parity.shapes
 
 
 def test_root_cause_follows_cause_never_an_unrelated_context():
