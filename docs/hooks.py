@@ -39,7 +39,11 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "xfail": "known failures (see [xfail entries](#xfail-entries)); a matching failure is `xfail`, a matching pass `xpass`",
         "latency": "the timing protocol (see [latency](#latency))",
         "threads": "intra-op threads of every runtime and of torch",
-        "cell_timeout_s": "a worker with no progress for this long is killed and the cell is `timeout`",
+        "cell_timeout_s": "a cell is `timeout` after this many CPU seconds, or this many wall seconds "
+                          "when it gets almost no CPU (a hang), and at most 4× this in wall time "
+                          "([Isolation](isolation.md))",
+        "determinism": "export each group twice in two fresh processes and record whether the files "
+                       "are identical ([Isolation](isolation.md))",
         "cell_memory_mb": "resident memory a worker's processes may reach while it runs a cell; null: half the machine's memory divided by `jobs`; 0: no limit; over it the cell is `crash` (`MemoryLimit`)",
         "log_max_mb": "each log keeps its first and last `log_max_mb / 2`",
         "jobs": "verdict workers at once (latency is timed alone, after them); null: one per CPU core; `--jobs N` overrides it",
@@ -161,6 +165,8 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "finished_at": "when the cell finished (Unix time)",
         "cache_key": "digest of everything that decides the result (null: never reused)",
         "cached_from": "the run it was taken from by the cell cache",
+        "wall_s": "wall-clock seconds the cell's verdict took (its share of the group's shared stages included)",
+        "cpu_s": "CPU seconds the cell's processes got for it; the timeout rule counts these ([Isolation](isolation.md))",
         "case_files": "every file the case loaded from outside the environment (modules it imported, "
                       "files it opened, declared data files) → content hash; a stored cell is reused "
                       "only while each is unchanged ([Cell cache](cache.md))",
