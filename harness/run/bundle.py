@@ -7,6 +7,7 @@ import json
 import shlex
 import shutil
 import sys
+import traceback
 from pathlib import Path
 
 from harness.core.paths import import_root
@@ -45,6 +46,9 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
     with contextlib.suppress(OSError):
         shutil.copy2(log_path, bundle_dir / "cell.log")
     rec.bundle = str(bundle_dir)
-    write_upstream(ctx, rec, bundle_dir)   # repro.py, ISSUE.md, ONNX test data
+    try:
+        write_upstream(ctx, rec, bundle_dir)   # repro.py, ISSUE.md, ONNX test data
+    except Exception:  # noqa: BLE001 - the bundle's extras never cost the cell its record
+        traceback.print_exc()
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
                  f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

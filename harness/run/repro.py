@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness.core.text import ENCODE_ERRORS
 from harness.core.cell import CaseRef
 from harness.core.record import Record
 
@@ -367,7 +368,8 @@ def write_upstream(ctx: Any, rec: Record, bundle_dir: Path) -> None:
     cell = next((c for c in ctx.group.cells if c.cell_id == rec.cell_id), None)
     note = None
     try:
-        (bundle_dir / REPRO).write_text(repro_script(ctx, cell, rec, copy_to=bundle_dir))
+        (bundle_dir / REPRO).write_text(repro_script(ctx, cell, rec, copy_to=bundle_dir), encoding="utf-8",
+                                        errors=ENCODE_ERRORS)
     except NotScriptable as exc:
         note = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bundle without repro.py, saying why
@@ -377,6 +379,7 @@ def write_upstream(ctx: Any, rec: Record, bundle_dir: Path) -> None:
     except Exception:  # noqa: BLE001
         data_sets = []
     tolerance = (ctx.spec.atol, ctx.spec.rtol) if getattr(ctx, "spec", None) is not None else (None, None)
-    (bundle_dir / ISSUE).write_text(issue_text(rec, note, data_sets, tolerance))
+    (bundle_dir / ISSUE).write_text(issue_text(rec, note, data_sets, tolerance), encoding="utf-8",
+                                    errors=ENCODE_ERRORS)
     if note:
         (bundle_dir / "repro.json").write_text(json.dumps({"repro": None, "why": note}))
