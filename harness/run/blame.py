@@ -41,21 +41,20 @@ from typing import Any
 
 from harness.core.record import (
     EXPORTER_REPOSITORIES,
-    SPEC_REPOSITORY,
     Blame,
     Record,
     runtime_repository,
 )
+from harness.run.reference import (  # noqa: F401 (REFERENCE_* re-exported for callers)
+    REFERENCE_GAPS,
+    REFERENCE_MAX_BYTES,
+    REFERENCE_MAX_NODES,
+    library_file as _library_file,
+    reference_gap,
+)
 
 REFERENCE_CAP_ENV = "HARNESS_BLAME_REFERENCE_S"
 REFERENCE_CAP_S = 30.0
-REFERENCE_MAX_NODES = 5000            # larger graphs: no reference (minutes in numpy)
-REFERENCE_MAX_BYTES = 512 * 2**20     # file plus external data
-
-# Operators whose onnx.reference implementation leaves an input unused: a graph feeding it is
-# judged without the reference ("no reference"), naming the gap.
-REFERENCE_GAPS = {("LSTM", 4): "sequence_lens", ("GRU", 4): "sequence_lens", ("RNN", 4): "sequence_lens"}
-
 # Export failures raised by a guard or constraint of the model's own Python.
 _MODEL_GUARD = re.compile(
     r"Constraints violated|ConstraintViolation|GuardOnDataDependentSymNode|Could not guard on "
@@ -70,13 +69,6 @@ _LOCATION = re.compile(r'File "([^"]+)", line (\d+)|\(([^()\s]+\.py):(\d+) in \w
 # The model's own Python turning a size into a constant.
 # (Branches on a shape are left out: library models have many that fix nothing.)
 _SIZE_TO_CONSTANT = re.compile(r"\bint\([^)]*(?:\.shape\b|\.size\()|\.item\(\)|\.tolist\(\)")
-
-
-def _library_file(path: str) -> bool:
-    """Frames of torch, the harness or the interpreter: not the model's own code."""
-    norm = path.replace("\\", "/")
-    return ("/torch/" in norm or "/harness/" in norm or norm.startswith("<")
-            or "/onnxscript/" in norm or "/onnx/" in norm or "/python3." in norm and "site-packages" not in norm)
 
 
 def _source_line(path: str, line: int) -> str:
@@ -197,24 +189,6 @@ def _judge(name: str, run_shapes, references, atol, rtol) -> dict[str, Any]:
     return _rung(name, "differs" if differs else "agrees", differs or "", time.perf_counter() - t0)
 
 
-def reference_gap(model_path: Path) -> str | None:
-    """Why onnx.reference cannot judge this file (None: it can): too large, or an operator whose
-    reference implementation ignores an input the graph feeds."""
-    import onnx
-
-    size = model_path.stat().st_size + sum(p.stat().st_size for p in model_path.parent.glob(model_path.name + ".data"))
-    if size > REFERENCE_MAX_BYTES:
-        return f"graph too large for the reference ({size / 2**20:.0f} MiB)"
-    model = onnx.load(str(model_path), load_external_data=False)
-    nodes = list(model.graph.node)
-    if len(nodes) > REFERENCE_MAX_NODES:
-        return f"graph too large for the reference ({len(nodes)} nodes)"
-    for node in nodes:
-        for (op, index), what in REFERENCE_GAPS.items():
-            if node.op_type == op and len(node.input) > index and node.input[index]:
-                return (f"onnx.reference's {op} ignores its {what} input, which node {node.name or op} "
-                        f"feeds ({SPEC_REPOSITORY}: onnx/reference/ops/op_{op.lower()}.py)")
-    return None
 
 
 def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, atol, rtol) -> dict[str, Any]:

@@ -23,7 +23,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)')
 
 def _last_frame(stack: str | None) -> str | None:
     """The innermost frame of the model's own code (else the innermost frame) of a stack trace."""
-    from harness.run.blame import _library_file
+    from harness.run.reference import library_file as _library_file
 
     frames = _FRAME.findall(stack or "")
     if not frames:
@@ -72,7 +72,7 @@ def onnx_values(model_path: Path, feeds: dict[str, Any], names: set[str]) -> tup
     import numpy as np
     import onnx
 
-    from harness.run.blame import reference_gap
+    from harness.run.reference import reference_gap
     from harness.run.stages import _match_feeds
 
     model = onnx.load(str(model_path))
