@@ -146,6 +146,9 @@ class Job:
     # phase; "latency": time the spooled files of the groups' cells (nothing else runs then).
     phase: str = PHASE_ALL
     determinism: bool = False     # export each group twice, in two fresh processes, and compare
+    # Keep each passing group's file, feeds and eager outputs in the spool also without latency:
+    # runtime-only environments run them on other runtime releases (harness.run.floors).
+    keep_spool: bool = False
 
     @property
     def spool(self) -> Path:

@@ -176,7 +176,16 @@ class RuntimeSpec(_Strict):
         return self.name if self.version is None else f"{self.name}@{self.version}"
 
 
+def runtime_only_runtimes() -> list[str]:
+    """Runtimes a runtime-only environment (harness.envs.runtime_only) can hold: a pip wheel
+    that runs on the CPU."""
+    return sorted(n for n, r in RUNTIMES.items() if r.registry == "pypi" and not r.needs_gpu
+                  and r.family == "cpu")
+
+
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+RuntimeVersion = Annotated[str, AfterValidator(
+    lambda v: _check_version(v, "a release of the runtime's package such as '1.18.1'"))]
 
 
 # A case's name becomes part of cell ids, file names, logs and every report: at most this many
@@ -324,6 +333,12 @@ class Matrix(_Strict):
     # Export every group twice, each in a fresh process, and record whether the two files are
     # identical (graph fact `determinism`: nodes, initializers, interface; metadata named apart).
     determinism: bool = False
+    # Runtime releases tried on each passing cell's exported file in runtime-only environments
+    # (no torch, no export): every one listed, the oldest that works (by bisection), the one a
+    # team ships (the gate blocks on it). harness.run.floors; checked by _runtime_axes.
+    runtime_versions: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
+    runtime_floor: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
+    deploy: dict[str, RuntimeVersion] = Field(default_factory=dict)
 
     @field_validator("torch", mode="before")
     @classmethod
@@ -389,6 +404,26 @@ class Matrix(_Strict):
                 ref = CaseRef.try_parse(inc.case)
                 if ref is not None and (why := name_problem(ref.function)):
                     raise _KeyError(f"include[{i}].case", f"its function names the case: {why}")
+        return self
+
+
+    @model_validator(mode="after")
+    def _runtime_axes(self) -> "Matrix":
+        """runtime_versions / runtime_floor / deploy name CPU pip runtimes this matrix runs."""
+        ran = {r.name for r in self.runtimes}
+        usable = runtime_only_runtimes()
+        for key in ("runtime_versions", "runtime_floor", "deploy"):
+            for name, versions in getattr(self, key).items():
+                if name not in usable:
+                    raise _KeyError(f"{key}.{name}", f"expected a runtime a runtime-only environment can "
+                                    f"hold: one of {usable} (got {name!r})")
+                if name not in ran:
+                    raise _KeyError(f"{key}.{name}", f"expected a runtime of this matrix's 'runtimes' "
+                                    f"{sorted(ran)}: its passing cells' files are what is tried")
+                if isinstance(versions, list) and not versions:
+                    raise _KeyError(f"{key}.{name}", "expected at least one release")
+                if isinstance(versions, list) and len(set(versions)) != len(versions):
+                    raise _KeyError(f"{key}.{name}", f"expected each release once (got {versions})")
         return self
 
 
@@ -723,7 +758,8 @@ def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = 
 # resumes (resume checks the hash) and keeps its run-id suffix.
 _LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
                    ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0,
-                   ("determinism",): False}
+                   ("determinism",): False, ("runtime_versions",): {}, ("runtime_floor",): {},
+                   ("deploy",): {}}
 # Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
 # run resumes with another `jobs`.
 _SCHEDULING_KEYS = ("jobs",)

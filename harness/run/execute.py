@@ -47,6 +47,7 @@ from harness.matrix.config import Matrix, matrix_hash
 from harness.matrix.plan import Cell, EnvPlan, Plan
 from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
+from harness.run.floors import RuntimeAxes, annotate_run
 from harness.run.supervisor import (
     EnvWork,
     Stopped,
@@ -319,7 +320,8 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
     meta.extra["limits"] = {"cell_memory_mb": memory_mb, "log_max_mb": matrix.log_max_mb}
     job = Job(run_id=meta.run_id, run_dir=str(run_dir), env="", groups=(),
               base_dir=str(config_path.resolve().parent), threads=matrix.threads, latency=matrix.latency,
-              phase=PHASE_VERDICTS, determinism=matrix.determinism)
+              phase=PHASE_VERDICTS, determinism=matrix.determinism,
+              keep_spool=bool(RuntimeAxes.from_matrix(matrix)))
     todo = [(e, cells) for e, cells in plan_needs(plan, done) if cells]
     total = sum(len(cells) for _, cells in todo)
     console.print(f"run [bold]{meta.run_id}[/] → {escape(str(run_dir))}: {total} cells in "
@@ -335,6 +337,8 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
                               CellCache(reports, warn=_say) if fresh != FRESH_ALL else None, fresh,
                               KeyContext.for_run(matrix, meta.fingerprint, getattr(provider, "name", "venv")))
         scheduler.run(todo)
+    # Runtime releases per file (harness.run.floors): the spooled files, in runtime-only envs.
+    annotate_run(run_dir, plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say)
     shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
 
 

@@ -401,6 +401,7 @@ def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str]
 # -- between the phases: the spool ----------------------------------------------------------------
 SPOOL_META = "spool.json"
 SPOOL_FEEDS = "feeds.npz"
+SPOOL_EXPECTED = "expected.npz"
 
 
 def spool_group(ctx: GroupContext, torch_version: str) -> None:
@@ -414,6 +415,11 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
     np.savez(folder / SPOOL_FEEDS, *[ctx.feeds[0][n] for n in names])
     meta = {"torch": torch_version, "onnx": ctx.onnx_path.name, "inputs": names,
             "shapes": [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds]}
+    if ctx.references and ctx.spec is not None:
+        # Eager's outputs and the case's tolerances: what a runtime-only environment checks the
+        # same file against on another runtime release (harness.run.runtime_probe).
+        np.savez(folder / SPOOL_EXPECTED, *[_to_numpy(a) for a in ctx.references[0]])
+        meta.update(outputs=len(ctx.references[0]), atol=ctx.spec.atol, rtol=ctx.spec.rtol)
     (folder / SPOOL_META).write_text(json.dumps(meta))
 
 

@@ -259,7 +259,7 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
-    spool = job.phase == PHASE_VERDICTS and job.latency.enabled
+    spool = job.phase == PHASE_VERDICTS and (job.latency.enabled or job.keep_spool)
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
         # One per process: a group's fresh process starts from the warm parent's (empty) one;
         # the long-lived worker (HARNESS_WORKER_FORK=0) keeps the union of its groups' files.

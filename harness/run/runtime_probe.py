@@ -1,0 +1,96 @@
+"""Worker side of a runtime-only environment: load a spooled file in one runtime release, run
+it on the spooled feeds and compare with eager's spooled outputs.
+
+Runs in an environment without torch (numpy, onnx, the runtime): it imports only the runtime's
+adapter and ``parity``. Prints one JSON object (``ProbeResult``) on its last line of stdout::
+
+    python -m harness.run.runtime_probe --spool DIR --runtime ort-cpu
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SPOOL_META = "spool.json"      # as harness.run.stages writes them (stages imports torch lazily,
+SPOOL_FEEDS = "feeds.npz"      # but its import chain is not needed here)
+SPOOL_EXPECTED = "expected.npz"
+
+
+@dataclass
+class ProbeResult:
+    """What one runtime release made of one file."""
+
+    status: str                 # "pass" or "fail"
+    stage: str | None = None    # load / run / parity, when it failed
+    error: str | None = None    # the runtime's own message
+    version: str | None = None  # the runtime's version as it reports it
+    max_abs: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProbeResult":
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_CPP_FRAME = re.compile(r"/\S+\.(?:cc|cpp|h):\d+ [\w:~]+\([^()]*(?:\([^()]*\)[^()]*)*\)\s*")
+
+
+def runtime_error(exc: BaseException, model: Path) -> str:
+    """The runtime's own message on one line, without the spool's path or C++ frame names."""
+    text = f"{type(exc).__name__}: {exc}".replace(str(model), model.name)
+    return " ".join(_CPP_FRAME.sub("", text).split())[:600]
+
+
+def probe(spool: Path, runtime: str, threads: int = 1) -> ProbeResult:
+    import numpy as np
+
+    from harness.run.parity import compare_outputs
+    from harness.runtimes import load_adapter
+
+    meta = json.loads((spool / SPOOL_META).read_text())
+    with np.load(spool / SPOOL_FEEDS) as data:
+        feeds = {n: data[f"arr_{i}"] for i, n in enumerate(meta["inputs"])}
+    with np.load(spool / SPOOL_EXPECTED) as data:
+        expected = [data[f"arr_{i}"] for i in range(meta["outputs"])]
+    adapter_cls = load_adapter(runtime)
+    result = ProbeResult("fail", version=adapter_cls.version())
+    stage = "load"
+    try:
+        adapter = adapter_cls(spool / meta["onnx"], threads=threads)
+        adapter.prepare([{n: tuple(v.shape) for n, v in feeds.items()}])
+        adapter.activate()
+        names = adapter.input_names()
+        use = {n: feeds[n] for n in names} if all(n in feeds for n in names) else dict(zip(names, feeds.values()))
+        stage = "run"
+        outputs = [np.asarray(o) for o in adapter.infer(use)]
+        stage = "parity"
+        stats = compare_outputs(expected, outputs, meta["atol"], meta["rtol"], "example shape")
+        result.status, result.max_abs = "pass", stats.get("max_abs")
+        stage = None
+    except Exception as exc:  # noqa: BLE001 - any failure of the runtime is this release's verdict
+        result.error = runtime_error(exc, spool / meta["onnx"])
+    result.stage = stage
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.run.runtime_probe")
+    parser.add_argument("--spool", required=True, type=Path)
+    parser.add_argument("--runtime", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    result = probe(args.spool, args.runtime, args.threads)
+    sys.stdout.flush()
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
