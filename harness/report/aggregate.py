@@ -10,6 +10,7 @@ from packaging.version import InvalidVersion, Version
 from harness.core.cell import AXES as MATRIX_AXES
 from harness.core.cell import CELL_COLUMNS
 from harness.core.record import Record
+from harness.report.floors import floor_badge
 from harness.core.run import RunMeta
 from harness.core.status import Status
 
@@ -38,10 +39,11 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "party": r.blame.party if r.blame else None,
             "repository": r.blame.repository if r.blame else None,
             "blame_reason": r.blame.reason if r.blame else None,
+            "releases": floor_badge(r),   # runtime floor / failing deployed release (report.floors)
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
                "signature", "hint", "opset_actual", "latency", "floor", "max_abs", "reason", "cell_id",
-               "bundle", "repro", "party", "repository", "blame_reason"]
+               "bundle", "repro", "party", "repository", "blame_reason", "releases"]
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -125,4 +125,5 @@ def cell_extras(run_dir: Path, records: list[Record]) -> dict[int, dict[str, Any
 def wants_details_script(records: list[Record], extras: dict[int, dict[str, Any]]) -> bool:
     """The extra details script is embedded only where it has something to show."""
     return bool(extras) or any(
-        any(k in (rec.graph or {}) for k in ("io", "specialised", "reduced")) for rec in records)
+        any(k in (rec.graph or {}) for k in ("io", "specialised", "reduced", "runtime_floor", "deploy",
+                                             "runtime_versions")) for rec in records)

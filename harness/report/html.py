@@ -23,6 +23,7 @@ from harness.core.run import RunMeta
 from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS
 from harness.report import diagnosis, plots
+from harness.report.floors import floor_rows
 from harness.report.aggregate import (
     AXES,
     FAILED,
@@ -126,10 +127,11 @@ def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None
 
 
 def html_cell_text(row: pd.Series) -> str:
+    releases = f" · {row['releases']}" if row.get("releases") else ""   # report.floors
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        return latency_text(row["latency"], row.get("floor"))
+        return latency_text(row["latency"], row.get("floor")) + releases
     stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != Status.PASS else ""
-    return row["status"] + (f" · {stage}" if stage else "")
+    return row["status"] + (f" · {stage}" if stage else "") + releases
 
 
 def _declared_opset(row: pd.Series) -> int | None:
@@ -214,7 +216,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         plots={k: _plot_uri(v) for k, v in (plot_svgs or {}).items()},
         details=script_json([cell_details(run_dir, r, extras.get(i)) for i, r in enumerate(records)]),
         drift=diagnosis.drift_rows(records), specialised=diagnosis.specialised_rows(records),
-        reduced=diagnosis.reduced_rows(records),
+        reduced=diagnosis.reduced_rows(records), releases=floor_rows(records),
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href,
         css=_asset("report.css"), js=_asset("matrix.js"))

@@ -23,6 +23,7 @@ from harness.report.aggregate import (
 )
 from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
+from harness.report.floors import markdown_section as floors_section
 from harness.report.text import md_code, md_text
 
 S = Status
@@ -42,6 +43,8 @@ def cell_text(row: pd.Series) -> str:
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"
+    if row.get("releases"):
+        text += f" {md_text(row['releases'])}"
     return text
 
 
@@ -155,5 +158,5 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
             f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
-            f"{bumps_section(df)}{markdown_sections(records)}{changes_section(df, previous)}"
+            f"{bumps_section(df)}{markdown_sections(records)}{floors_section(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

@@ -65,6 +65,25 @@
       });
       table(section(box, "Inputs and outputs of the file"), ["", "name", "dtype", "shape"], rows);
     }
+    var fl = g.runtime_floor || {}, dep = g.deploy || {}, rv = g.runtime_versions || {};
+    var rts = Object.keys(Object.assign({}, fl, dep, rv)).sort();
+    if (rts.length) {
+      var rrows = [];
+      rts.forEach(function (rt) {
+        var f = fl[rt] || {};
+        Object.keys(f.tried || {}).forEach(function (v) { rrows.push([rt, v, "floor search", f.tried[v]]); });
+        Object.keys(rv[rt] || {}).forEach(function (v) {
+          var x = rv[rt][v]; rrows.push([rt, v, "listed", x.status === "pass" ? "pass" : x.stage + ": " + x.error]);
+        });
+        if (dep[rt]) rrows.push([rt, dep[rt].version, "deployed", dep[rt].status === "pass" ? "pass" : dep[rt].stage + ": " + dep[rt].error]);
+      });
+      var rsec = section(box, "Runtime releases (this file, runtime-only environments)");
+      rts.forEach(function (rt) {
+        var f = fl[rt];
+        if (f) rsec.appendChild(el("p", "hint", rt + ": oldest ok " + (f.oldest_ok || "none listed") + (f.reason ? " · " + f.reason : "")));
+      });
+      table(rsec, ["runtime", "release", "why tried", "result"], rrows);
+    }
     if (c.drift) {
       var ds = section(box, "Graph changes since torch " + c.drift.before);
       (c.drift.parts || []).forEach(function (p) { ds.appendChild(el("p", null, p)); });
