@@ -15,6 +15,7 @@ from harness.core.cell import CellKey
 from harness.core.files import differing_case_files
 from harness.core.record import Record
 from harness.core.status import Stage, Status
+from harness.gate.deploy import deploy_failure, floor_raised
 from harness.gate.sources import Side
 from harness.gate.stats import (
     DEFAULT_ALPHA,
@@ -228,8 +229,25 @@ def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Setting
         cell = compare_cell(key, b, c, settings, match)
         cell.drift = cell_drift(b, c)
         block_on_drift(cell, settings)
+        block_on_deploy(cell)
         out.append(cell)
     return out
+
+
+# Verdicts of cells whose file worked on the matrix's own runtime release on the candidate side.
+_CANDIDATE_PASSED = (Verdict.UNCHANGED, Verdict.FASTER, Verdict.FIXED, Verdict.SLOWER,
+                     Verdict.PARITY_DRIFT, Verdict.XPASS)
+
+
+def block_on_deploy(cell: CellComparison) -> None:
+    """A candidate file that fails on a release the matrix's ``deploy`` names (and the baseline's
+    did not) is a new failure; a raised runtime floor is information (harness.gate.deploy)."""
+    if cell.cand is None:
+        return
+    if cell.verdict in _CANDIDATE_PASSED and (why := deploy_failure(cell.base, cell.cand)):
+        cell.verdict, cell.detail = Verdict.NEW_FAILURE, f"deployed runtime: {why}"
+    elif note := floor_raised(cell.base, cell.cand):
+        cell.notes.append(note)
 
 
 # Verdicts of cells that worked on both sides: only there can an interface change be the news.
