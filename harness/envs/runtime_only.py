@@ -6,8 +6,8 @@ cache, named by what it installs, so a release tried once is reused by every lat
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
@@ -42,11 +42,15 @@ class RuntimeRelease:
         pins.append("numpy<2" if since is not None and Version(self.version) < since else "numpy")
         return [*pins, "onnx"]
 
-    def spec(self, python: str = "3.11") -> EnvSpec:
-        digest = hashlib.sha256(" ".join([python, *self.packages()]).encode()).hexdigest()[:8]
-        return EnvSpec(name=f"runtime-only-{self.runtime}{self.version}-{digest}", torch="",
-                       python=python, family="runtime-only", packages=self.packages(),
-                       runtimes=[self.runtime])
+    def spec(self, python: str = "3.11", install: Any = None) -> EnvSpec:
+        """Its environment; ``install``: the matrix's ``install`` (indexes, find-links)."""
+        spec = EnvSpec(name="", torch="", python=python, family="runtime-only",
+                       packages=self.packages(), runtimes=[self.runtime],
+                       find_links=list(getattr(install, "find_links", None) or []),
+                       index_url=getattr(install, "index_url", None),
+                       extra_index_urls=list(getattr(install, "extra_index_urls", None) or []))
+        spec.name = f"runtime-only-{self.runtime}{self.version}-{spec.spec_hash[:8]}"
+        return spec
 
 
 @dataclass
@@ -62,14 +66,14 @@ class RuntimeOnlyEnv:
 class RuntimeOnlyEnvs:
     """Builds (once) and hands out runtime-only environments."""
 
-    def __init__(self, provider: VenvProvider | None = None, python: str = "3.11") -> None:
+    def __init__(self, provider: VenvProvider | None = None, python: str = "3.11", install: Any = None) -> None:
         self.provider = provider or VenvProvider(log=lambda *a: None)
-        self.python = python
+        self.python, self.install = python, install
         self._made: dict[RuntimeRelease, RuntimeOnlyEnv] = {}
 
     def get(self, release: RuntimeRelease) -> RuntimeOnlyEnv:
         if release not in self._made:
-            spec = release.spec(self.python)
+            spec = release.spec(self.python, self.install)
             try:
                 marker = self.provider.ensure(spec)
                 self._made[release] = RuntimeOnlyEnv(release, str(self.provider.python(spec)), marker)

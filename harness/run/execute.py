@@ -338,7 +338,8 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
                               KeyContext.for_run(matrix, meta.fingerprint, getattr(provider, "name", "venv")))
         scheduler.run(todo)
     # Runtime releases per file (harness.run.floors): the spooled files, in runtime-only envs.
-    annotate_run(run_dir, plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say)
+    annotate_run(run_dir, plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say,
+                 install=matrix.install)
     shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
 
 

@@ -213,7 +213,7 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
 
 
 def annotate_run(run_dir: Path, plan: Any, axes: RuntimeAxes, threads: int = 1,
-                 log: Callable[[str], None] = print) -> FloorStats | None:
+                 log: Callable[[str], None] = print, install: Any = None) -> FloorStats | None:
     """The floors pass of a run: rewrite results.jsonl with each passing cell's releases, from
     the spool the verdict phase left (cells taken from the store keep what they had)."""
     if not axes:
@@ -228,7 +228,8 @@ def annotate_run(run_dir: Path, plan: Any, axes: RuntimeAxes, threads: int = 1,
                 runtimes[cell.cell_id] = cell.runtime_name
     results = Path(run_dir) / "results.jsonl"
     records = read_records(results)
-    stats = annotate_records(records, spools, runtimes, axes, ReleaseProber(threads=threads), log)
+    envs = RuntimeOnlyEnvs(python=getattr(install, "python", None) or "3.11", install=install)
+    stats = annotate_records(records, spools, runtimes, axes, ReleaseProber(envs, threads), log)
     if stats.cells:
         tmp = results.with_name(results.name + ".floors")
         tmp.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
