@@ -50,6 +50,14 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "install": "how environments are installed (see [install](#install))",
         "reduce": "at the end of the run, reduce every failing cell's file to the smallest graph that still fails",
         "reduce_timeout_s": "seconds per cell for `reduce`",
+        "runtime_versions": "runtime → releases: each passing cell's exported file is also loaded and run "
+                            "on every release listed, in runtime-only environments (no torch, no export); "
+                            "`graph.runtime_versions` ([Runtime floors](runtime-floors.md))",
+        "runtime_floor": "runtime → releases: the oldest listed release that loads each passing cell's file "
+                         "and matches eager, by bisection; `graph.runtime_floor` "
+                         "([Runtime floors](runtime-floors.md))",
+        "deploy": "runtime → the release you ship: each passing cell's file is tried on it, and the gate "
+                  "blocks a bump whose file fails there ([Runtime floors](runtime-floors.md))",
     },
     "TorchSpec": {
         "version": "the torch release, e.g. `2.13.0`",
@@ -157,7 +165,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "latency_ms": "the timing in milliseconds (below)",
         "versions": "the versions of torch, the exporter's packages and the runtime",
         "duration_s": "seconds per stage",
-        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`",
+        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`, `onnx_file` (the file's `sha256`, `ir_version`, `opsets`), `runtime_floor`, `runtime_versions`, `deploy` (other runtime releases tried on the file: [Runtime floors](runtime-floors.md))",
         "notes": "what else happened (a retry, NaN at the same places as eager, a dim fixed by the exporter)",
         "log": "the log of its export group",
         "bundle": "the folder with the failing cell's files",

@@ -240,6 +240,47 @@ def bench_matrix(config: Path, only: str) -> dict[str, Any]:
     }
 
 
+# -- runtime releases without re-exporting ---------------------------------------------------------
+EXTRA_RUNTIME_RELEASES = ["1.18.1", "1.20.1"]
+
+
+def exports(records: list[Record]) -> int:
+    """Export groups this run exported (cells taken from the cache left out)."""
+    return len({(r.torch, r.case, r.exporter, r.opset, r.key.options.label) for r in records
+                if not r.cached_from and Stage.EXPORT.value in r.duration_s})
+
+
+def bench_runtime_releases(config: Path, only: str) -> dict[str, Any]:
+    """The small matrix run fresh twice: as is, then with two more onnxruntime releases
+    (``runtime_versions``) tried on every passing file in runtime-only environments. Exports,
+    wall time and the load-and-runs the second run adds (its runtime-only environments built
+    beforehand, as a warm .envs/ has them)."""
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="harness-bench-releases-") as tmp:
+        data = yaml.safe_load(config.read_text())
+        data["runtime_versions"] = {"ort-cpu": EXTRA_RUNTIME_RELEASES}
+        more = Path(tmp) / "releases.yaml"
+        more.write_text(yaml.safe_dump(data))
+        store = Path(tmp) / "reports"
+        plain, rec_plain = bench_matrix_run(config, only, store, "--fresh")
+        warm_up, _ = bench_matrix_run(more, only, store, "--fresh")   # builds the runtime-only envs
+        releases, rec_releases = bench_matrix_run(more, only, store, "--fresh")
+        extra = {}
+        for run in sorted((store / "runs").iterdir()):
+            meta = json.loads((run / "run.json").read_text())
+            extra = meta.get("extra", {}).get("runtime_releases") or extra
+    tried = sum(len(r.graph.get("runtime_versions", {}).get("ort-cpu", {})) for r in rec_releases)
+    return {
+        "exports_before": exports(rec_plain), "exports_after": exports(rec_releases),
+        "wall_s_before": plain["wall_s"], "wall_s_after": releases["wall_s"],
+        "wall_s_after_cold_envs": warm_up["wall_s"],
+        "cells_with_releases": sum(1 for r in rec_releases if r.graph.get("runtime_versions")),
+        "release_checks": tried, "load_and_runs": extra.get("probes"), "floors_pass_s": extra.get("seconds"),
+        "same_verdicts": verdicts(rec_plain) == verdicts(rec_releases),
+    }
+
+
 # -- planning a matrix of many cases --------------------------------------------------------------
 PLAN_SIZES = (10_000, 100_000)
 
@@ -408,6 +449,7 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
         "timing_floor": bench_timing_overhead(),
         "plan_scaling": bench_plan_scaling(),
         "isolation": bench_isolation(config, only),
+        "runtime_releases": bench_runtime_releases(config, only),
     }
     out_dir = reports / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -439,6 +481,8 @@ def run_bench(config: Path, only: str, reports: Path) -> int:
     if "growth" in scaling:
         rows += [["plan: time growth for 10x the entries (linear: ~10)", scaling["growth"]["time_x"]]]
     rows += isolation_rows(results["isolation"])
+    rows += [[f"two more onnxruntime releases ({', '.join(EXTRA_RUNTIME_RELEASES)}): {k}", v]
+             for k, v in results["runtime_releases"].items()]
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

@@ -11,7 +11,10 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from harness.core.record import Record
+from harness.core.status import Status
 from harness.runtimes import RUNTIMES
+
+PASS = Status.PASS.value   # as the records spell it
 
 def _runtime(rec: Record) -> str:
     return rec.runtime.split("@", 1)[0]
@@ -21,10 +24,10 @@ def deploy_failure(base: Record | None, cand: Record) -> str | None:
     """Why the candidate's file fails on a deployed release the baseline's file worked on."""
     runtime = _runtime(cand)
     dep = ((cand.graph or {}).get("deploy") or {}).get(runtime)
-    if not isinstance(dep, dict) or dep.get("status") == "pass":
+    if not isinstance(dep, dict) or dep.get("status") == PASS:
         return None
     before = (((base.graph or {}).get("deploy") or {}).get(runtime)) if base is not None else None
-    if isinstance(before, dict) and before.get("status") != "pass":
+    if isinstance(before, dict) and before.get("status") != PASS:
         return None   # it did not work there before either: no change to report as a regression
     package = RUNTIMES[runtime].package if runtime in RUNTIMES else runtime
     floor = ((cand.graph or {}).get("runtime_floor") or {}).get(runtime) or {}

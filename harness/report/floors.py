@@ -12,6 +12,9 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.core.record import Record
+from harness.core.status import Status
+
+PASS = Status.PASS.value   # as the records spell it
 
 FACTS = ("runtime_floor", "runtime_versions", "deploy")
 
@@ -29,7 +32,7 @@ def floor_badge(rec: Record) -> str:
         if isinstance(floor, dict):
             parts.append(f"≥{floor['oldest_ok']}" if floor.get("oldest_ok") else "≥?")
     for runtime, dep in (graph.get("deploy") or {}).items():
-        if isinstance(dep, dict) and dep.get("status") != "pass":
+        if isinstance(dep, dict) and dep.get("status") != PASS:
             parts.append(f"✗{dep.get('version')}")
     return " ".join(parts)
 
@@ -54,9 +57,9 @@ def floor_rows(records: list[Record]) -> list[dict[str, Any]]:
                 "oldest_ok": floor.get("oldest_ok") or ("none listed" if floor else ""),
                 "first_bad": floor.get("first_bad") or "",
                 "reason": floor.get("reason") or "",
-                "versions": " ".join(f"{v} {'✓' if r.get('status') == 'pass' else '✗ ' + str(r.get('stage'))}"
+                "versions": " ".join(f"{v} {'✓' if r.get('status') == PASS else '✗ ' + str(r.get('stage'))}"
                                      for v, r in versions.items()),
-                "deploy": (f"{dep.get('version')} {'✓' if dep.get('status') == 'pass' else '✗ ' + str(dep.get('stage'))}"
+                "deploy": (f"{dep.get('version')} {'✓' if dep.get('status') == PASS else '✗ ' + str(dep.get('stage'))}"
                            if dep else ""),
             })
     return rows

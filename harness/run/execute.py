@@ -7,6 +7,7 @@ store (``harness.store.cache``). Rendering the reports of the finished run is th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -338,8 +339,10 @@ def _execute(matrix: Matrix, config_path: Path, plan: Plan, run_dir: Path, meta:
                               KeyContext.for_run(matrix, meta.fingerprint, getattr(provider, "name", "venv")))
         scheduler.run(todo)
     # Runtime releases per file (harness.run.floors): the spooled files, in runtime-only envs.
-    annotate_run(run_dir, plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say,
-                 install=matrix.install)
+    releases = annotate_run(run_dir, plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say,
+                            install=matrix.install)
+    if releases is not None:
+        meta.extra["runtime_releases"] = dataclasses.asdict(releases)
     shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
 
 

@@ -32,7 +32,7 @@ from harness.core.record import Record, read_records
 from harness.core.status import Status
 from harness.envs.provider import harness_process_env
 from harness.envs.runtime_only import RuntimeOnlyEnvs, RuntimeRelease
-from harness.run.runtime_probe import SPOOL_META, ProbeResult
+from harness.run.runtime_probe import FAIL, PASS, SPOOL_META, ProbeResult
 
 PROBE_TIMEOUT_S = 300
 
@@ -96,7 +96,7 @@ class ReleaseProber:
     def _probe(self, spool: Path, release: RuntimeRelease) -> ProbeResult:
         env = self.envs.get(release)
         if env.error is not None:
-            return ProbeResult("fail", stage="install", error=env.error)
+            return ProbeResult(FAIL, stage="install", error=env.error)
         self.probes += 1
         cmd = [env.python, "-m", "harness.run.runtime_probe", "--spool", str(spool),
                "--runtime", release.runtime, "--threads", str(self.threads)]
@@ -105,13 +105,13 @@ class ReleaseProber:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return ProbeResult("fail", stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s")
+            return ProbeResult(FAIL, stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s")
         lines = proc.stdout.strip().splitlines()
         try:
             return ProbeResult.from_dict(json.loads(lines[-1]))
         except (IndexError, ValueError):
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:400]
-            return ProbeResult("fail", stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")
+            return ProbeResult(FAIL, stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")
 
 
 _IR = re.compile(r"IR version:?\s*(\d+),\s*max supported IR version:?\s*(\d+)", re.I)
@@ -140,7 +140,7 @@ def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease],
     def ok(i: int) -> bool:
         rel = ordered[i]
         tried[rel.version] = tried.get(rel.version) or works(rel)
-        return tried[rel.version].status == "pass"
+        return tried[rel.version].status == PASS
 
     package = ordered[0].package
     if not ok(len(ordered) - 1):
@@ -164,7 +164,7 @@ def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease],
 
 
 def _brief(result: ProbeResult) -> str:
-    return "pass" if result.status == "pass" else f"{result.stage}: {result.error}"[:300]
+    return PASS if result.status == PASS else f"{result.stage}: {result.error}"[:300]
 
 
 def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: dict[str, str],

@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.status import Status
+
+PASS, FAIL = Status.PASS.value, Status.FAIL.value   # as the records spell them
+
 SPOOL_META = "spool.json"      # as harness.run.stages writes them (stages imports torch lazily,
 SPOOL_FEEDS = "feeds.npz"      # but its import chain is not needed here)
 SPOOL_EXPECTED = "expected.npz"
@@ -60,7 +64,7 @@ def probe(spool: Path, runtime: str, threads: int = 1) -> ProbeResult:
     with np.load(spool / SPOOL_EXPECTED) as data:
         expected = [data[f"arr_{i}"] for i in range(meta["outputs"])]
     adapter_cls = load_adapter(runtime)
-    result = ProbeResult("fail", version=adapter_cls.version())
+    result = ProbeResult(FAIL, version=adapter_cls.version())
     stage = "load"
     try:
         adapter = adapter_cls(spool / meta["onnx"], threads=threads)
@@ -72,7 +76,7 @@ def probe(spool: Path, runtime: str, threads: int = 1) -> ProbeResult:
         outputs = [np.asarray(o) for o in adapter.infer(use)]
         stage = "parity"
         stats = compare_outputs(expected, outputs, meta["atol"], meta["rtol"], "example shape")
-        result.status, result.max_abs = "pass", stats.get("max_abs")
+        result.status, result.max_abs = PASS, stats.get("max_abs")
         stage = None
     except Exception as exc:  # noqa: BLE001 - any failure of the runtime is this release's verdict
         result.error = runtime_error(exc, spool / meta["onnx"])
