@@ -41,6 +41,11 @@ class Side:
     runs: list[str] = field(default_factory=list)            # run ids the records came from
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)   # run id → fingerprint
     executed: list[str] = field(default_factory=list)        # runs the gate started for this side
+    subject: str = ""          # what moved, when not torch: "onnxscript 0.5.0" (gate --package)
+
+    @property
+    def title(self) -> str:
+        return self.subject or f"torch {self.torch}"
 
 
 def with_torch(matrix: Matrix, version: str) -> Matrix:
@@ -122,7 +127,9 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
     """Newest finished result per planned cell among stored runs produced by the same code and
     whose case files (relative names resolved against ``base_dir``, the matrix file's folder) are
     unchanged; records of environments that could not be built are skipped: those cells run again."""
-    wanted = {c.cell_id for c in plan.cells}
+    # A stored cell stands for a planned one only if it ran in the same environment (its name
+    # hashes every package installed): a cell of another companion pin is another cell.
+    wanted = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
     found: dict[str, Record] = {}
     prints: dict[str, dict] = {}
     for run_dir in reversed(list_runs(reports)):
@@ -139,7 +146,7 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
         for rec in records:
             if is_environment_failure(rec):
                 continue
-            if (rec.cell_id in wanted and rec.cell_id not in found and same_code(fp, current, rec.case)
+            if (wanted.get(rec.cell_id) == rec.env and rec.cell_id not in found and same_code(fp, current, rec.case)
                     and not changed_case_files(rec.case_files, base_dir)):
                 found[rec.cell_id] = rec
                 prints[rec.run_id] = fp

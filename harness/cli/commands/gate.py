@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="baseline: the torch the dependency files pin at this git ref (the target "
                         "branch); candidate: the one the working tree pins (requirements*.txt, "
                         "pyproject.toml, uv.lock, poetry.lock, Pipfile.lock); no bump: exit 0")
+    p.add_argument("--package", default=None, metavar="NAME",
+                   help="compare two releases of this package (--baseline/--candidate are its versions) "
+                        "with torch held fixed: onnxscript, onnx, numpy, protobuf or a torch entry's extras")
     opts.config(p, only=False)
     p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
     p.add_argument("--provider", choices=opts.PROVIDERS, default=opts.default_of(GateRequest, "provider"))
@@ -53,6 +56,17 @@ def run(args: argparse.Namespace) -> int:
     from harness.gate.main import GateRequest, run_gate
 
     baseline, candidate, config = args.baseline, args.candidate, args.config
+    if args.package is not None:
+        if args.from_deps is not None or not (baseline and candidate):
+            raise ConfigError("gate --package NAME: expected --baseline and --candidate versions of it "
+                              "(and no --from-deps)")
+        from harness.gate.packages import PackageBump, run_package_gate
+
+        settings = Settings(args.latency_threshold, args.alpha, args.parity_factor,
+                            tuple(args.block_on or ()), args.min_compared)
+        return run_package_gate(GateRequest(baseline, candidate, config, args.reports, args.output,
+                                            args.provider, settings, args.remeasure),
+                                PackageBump(args.package, baseline, candidate))
     if args.from_deps is not None:
         if baseline or candidate:
             raise ConfigError("gate: give --from-deps BASE_REF or --baseline/--candidate, not both")

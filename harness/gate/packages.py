@@ -1,0 +1,153 @@
+"""Any package in the gate: ``gate --package onnxscript --baseline 0.4.0 --candidate 0.5.0``.
+
+Torch is held fixed (the matrix's one torch release); each side is the matrix with that package
+pinned to its version. Cells are compared exactly as in a torch gate (marks, exit codes, the
+re-measurement of cells flagged slower); stored cells stand for a side only when they ran in that
+side's environment (its name hashes every package it installs), so a baseline cell is never
+taken for the candidate.
+
+Which packages: the companions a torch entry pins (``numpy``, ``onnx``, ``onnxscript``,
+``protobuf``) and any requirement the matrix installs through ``extras`` (``transformers``,
+``optimum-onnx``, ...). A runtime's own package (onnxruntime, openvino) is a runtime release:
+``runtime_versions``, ``runtime_floor`` and ``deploy`` try files on its releases without an
+export (docs/runtime-floors.md).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
+
+from harness.matrix.config import Matrix, TorchSpec
+from harness.matrix.rules import ConfigError
+from harness.runtimes import RUNTIMES
+
+# Companions a torch entry pins by a field of its own.
+PINNED_FIELDS = ("numpy", "onnx", "onnxscript", "protobuf")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class PackageBump:
+    package: str
+    baseline: str
+    candidate: str
+
+    def side_label(self, version: str) -> str:
+        return f"{self.package} {version}"
+
+
+def check_bump(matrix: Matrix, bump: PackageBump, config: Path) -> TorchSpec:
+    """The torch entry held fixed; ConfigError (exit 2) for a package the matrix does not
+    install, a runtime's package, versions that are not releases, or several torch releases."""
+    name = _norm(bump.package)
+    runtime_packages = {_norm(r.package): n for n, r in RUNTIMES.items()}
+    if name in runtime_packages:
+        raise ConfigError(f"--package {bump.package}: a runtime's package; try files on its releases with "
+                          f"'runtime_versions', 'runtime_floor' or 'deploy' for {runtime_packages[name]} in "
+                          f"{config} (docs/runtime-floors.md)")
+    for flag, version in (("--baseline", bump.baseline), ("--candidate", bump.candidate)):
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise ConfigError(f"{flag} {version!r}: expected a release of {bump.package} such as '0.5.0'") from None
+    if Version(bump.baseline) == Version(bump.candidate):
+        raise ConfigError(f"--baseline {bump.baseline} and --candidate {bump.candidate} are the same "
+                          f"release of {bump.package}: expected two to compare")
+    if len(matrix.torch) != 1:
+        raise ConfigError(f"{config}: key 'torch': --package holds torch fixed: expected one torch release "
+                          f"(got {[t.version for t in matrix.torch]})")
+    spec = matrix.torch[0]
+    extras = {_norm(Requirement(e).name) for e in spec.extras}
+    if name not in PINNED_FIELDS and name not in extras:
+        installs = sorted({*PINNED_FIELDS, *extras})
+        raise ConfigError(f"--package {bump.package}: {config} does not install it (expected one of "
+                          f"{installs}; add it to 'extras' of the torch entry)")
+    return spec
+
+
+def with_package(matrix: Matrix, spec: TorchSpec, bump: PackageBump, version: str) -> Matrix:
+    """The matrix with the package pinned to ``version`` on its one torch entry."""
+    name = _norm(bump.package)
+    if name in PINNED_FIELDS:
+        pinned = spec.model_copy(update={name: version})
+    else:
+        extras = [e for e in spec.extras if _norm(Requirement(e).name) != name]
+        pinned = spec.model_copy(update={"extras": [*extras, f"{bump.package}=={version}"]})
+    return matrix.model_copy(update={"torch": [pinned]})
+
+
+def run_package_gate(req, bump: PackageBump) -> int:
+    """The gate with ``bump.package`` moving and everything else held; 0 / 1 / 2 as run_gate."""
+    import time
+
+    from harness.console import console
+    from harness.gate.compare import Coverage, Verdict, compare_sides
+    from harness.gate.main import check_settings, redecide, remeasure_side
+    from harness.gate.output import write_outputs
+    from harness.gate.sources import check_environments, complete_side, plan_version_side
+    from harness.matrix.config import load_matrix
+    from harness.run.annotate import Annotator
+    from harness.store.provenance import fingerprint
+
+    check_settings(req.settings, req.remeasure)
+    matrix = load_matrix(req.config)
+    spec = check_bump(matrix, bump, req.config)
+    current = fingerprint(matrix, req.config)
+    out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    versions = {"baseline": bump.baseline, "candidate": bump.candidate}
+    matrices = {which: with_package(matrix, spec, bump, v) for which, v in versions.items()}
+    pending = {}
+    for which, side_matrix in matrices.items():
+        pending[which] = plan_version_side(spec.version, side_matrix, req.config, req.reports, current)
+        pending[which].side.label = pending[which].side.subject = bump.side_label(versions[which])
+    check_resolvable(pending, versions, req)
+    sides = {which: complete_side(pending[which], req.config, req.reports, req.provider, current)
+             for which in versions}
+    check_environments(sides)
+    base, cand = sides["baseline"], sides["candidate"]
+    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
+    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
+    if slower and req.remeasure > 0:
+        console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")
+        fresh: dict[str, dict] = {"baseline": {}, "candidate": {}}
+        for i in range(1, req.remeasure + 1):
+            for which in versions:
+                for key, rec in remeasure_side(sides[which], slower, matrices[which], req,
+                                               out / "remeasure" / f"{which}-{i}", current).items():
+                    fresh[which].setdefault(key, []).append(rec)
+        for cell in cells:
+            if cell.verdict is Verdict.SLOWER:
+                redecide(cell, fresh["baseline"].get(cell.key, []), fresh["candidate"].get(cell.key, []), req)
+    coverage = Coverage.of(cells)
+    problem = coverage.problem(req.settings.min_compared)
+    code = 1 if any(c.verdict.blocking for c in cells) else 2 if problem else 0
+    md = write_outputs(out, base, cand, cells, req.settings, code, current, coverage)
+    print(md)
+    print(f"gate reports: {out}")
+    if problem:
+        console.print(f"gate: cannot tell: {problem}", markup=False, highlight=False)
+    return code
+
+
+def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
+    """Resolve both sides' environments before anything is built: a release the index lacks is
+    exit 2 naming the option that asked for it."""
+    from harness.envs import make_provider
+    from harness.envs.resolve import preflight
+
+    provider = make_provider(req.provider, log=lambda *a, **k: None)
+    for which, p in pending.items():
+        if not p.missing.environments:
+            continue
+        try:
+            preflight(p.missing, req.config, skip=provider.skip_reason,
+                      ready=getattr(provider, "is_ready", lambda spec: False))
+        except ConfigError as exc:
+            raise ConfigError(f"--{which} {versions[which]}: {exc}") from None
