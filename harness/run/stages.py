@@ -415,7 +415,7 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
     np.savez(folder / SPOOL_FEEDS, *[ctx.feeds[0][n] for n in names])
     meta = {"torch": torch_version, "onnx": ctx.onnx_path.name, "inputs": names,
             "shapes": [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds]}
-    if ctx.references and ctx.spec is not None:
+    if ctx.job.keep_spool and ctx.references and ctx.spec is not None:
         # Eager's outputs and the case's tolerances: what a runtime-only environment checks the
         # same file against on another runtime release (harness.run.runtime_probe).
         np.savez(folder / SPOOL_EXPECTED, *[_to_numpy(a) for a in ctx.references[0]])
