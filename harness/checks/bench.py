@@ -269,7 +269,7 @@ def bench_runtime_releases(config: Path, only: str) -> dict[str, Any]:
         extra = {}
         for run in sorted((store / "runs").iterdir()):
             meta = json.loads((run / "run.json").read_text())
-            extra = meta.get("extra", {}).get("runtime_releases") or extra
+            extra = meta.get("runtime_releases") or extra
     tried = sum(len(r.graph.get("runtime_versions", {}).get("ort-cpu", {})) for r in rec_releases)
     return {
         "exports_before": exports(rec_plain), "exports_after": exports(rec_releases),

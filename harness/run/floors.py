@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 from packaging.version import Version
 
@@ -63,7 +63,8 @@ class FloorStats:
     """What the pass cost: files tried, releases probed (load-and-run), environments used."""
 
     files: int = 0
-    probes: int = 0
+    probes: int = 0        # load-and-runs
+    processes: int = 0     # runtime-only processes started (one per release and round)
     cells: int = 0
     seconds: float = 0.0
 
@@ -79,39 +80,53 @@ def file_facts(path: Path) -> dict[str, Any]:
 
 
 class ReleaseProber:
-    """Runs ``runtime_probe`` for one (file, release) once: one environment per release."""
+    """Runs ``runtime_probe``: each (file, release) once, and every file waiting for one release
+    in one process of its runtime-only environment (one start and import per release)."""
 
     def __init__(self, envs: RuntimeOnlyEnvs | None = None, threads: int = 1) -> None:
         self.envs = envs or RuntimeOnlyEnvs()
         self.threads = threads
         self.done: dict[tuple[str, RuntimeRelease], ProbeResult] = {}
-        self.probes = 0
+        self.probes = 0        # load-and-runs
+        self.processes = 0
 
     def __call__(self, spool: Path, digest: str, release: RuntimeRelease) -> ProbeResult:
-        key = (digest, release)
-        if key not in self.done:
-            self.done[key] = self._probe(spool, release)
-        return self.done[key]
+        self.prefetch([(spool, digest, release)])
+        return self.done[(digest, release)]
 
-    def _probe(self, spool: Path, release: RuntimeRelease) -> ProbeResult:
+    def prefetch(self, wanted: list[tuple[Path, str, RuntimeRelease]]) -> None:
+        by_release: dict[RuntimeRelease, dict[str, Path]] = {}
+        for spool, digest, release in wanted:
+            if (digest, release) not in self.done:
+                by_release.setdefault(release, {})[digest] = spool
+        for release, files in by_release.items():
+            for digest, result in zip(files, self._probe(list(files.values()), release)):
+                self.done[(digest, release)] = result
+
+    def _probe(self, spools: list[Path], release: RuntimeRelease) -> list[ProbeResult]:
         env = self.envs.get(release)
         if env.error is not None:
-            return ProbeResult(FAIL, stage="install", error=env.error)
-        self.probes += 1
-        cmd = [env.python, "-m", "harness.run.runtime_probe", "--spool", str(spool),
-               "--runtime", release.runtime, "--threads", str(self.threads)]
+            return [ProbeResult(FAIL, stage="install", error=env.error)] * len(spools)
+        self.probes += len(spools)
+        self.processes += 1
+        cmd = [env.python, "-m", "harness.run.runtime_probe", "--runtime", release.runtime,
+               "--threads", str(self.threads), *[a for s in spools for a in ("--spool", str(s))]]
         child_env = harness_process_env(self.threads)
         child_env.pop("VIRTUAL_ENV", None)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=PROBE_TIMEOUT_S)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env,
+                                  timeout=PROBE_TIMEOUT_S * len(spools))
         except subprocess.TimeoutExpired:
-            return ProbeResult(FAIL, stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s")
+            return [ProbeResult(FAIL, stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s a file")] * len(spools)
         lines = proc.stdout.strip().splitlines()
         try:
-            return ProbeResult.from_dict(json.loads(lines[-1]))
-        except (IndexError, ValueError):
-            tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:400]
-            return ProbeResult(FAIL, stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")
+            results = [ProbeResult.from_dict(d) for d in json.loads(lines[-1])]
+            if len(results) == len(spools):
+                return results
+        except (IndexError, ValueError, TypeError):
+            pass
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:400]
+        return [ProbeResult(FAIL, stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")] * len(spools)
 
 
 _IR = re.compile(r"IR version:?\s*(\d+),\s*max supported IR version:?\s*(\d+)", re.I)
@@ -130,37 +145,71 @@ def floor_reason(package: str, oldest_ok: str | None, first_bad: str, bad: Probe
     return f"{needs}: {bad.stage or 'load'} fails on {first_bad}: {error[:200]}"
 
 
-def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease], ProbeResult],
-               facts: dict[str, Any]) -> dict[str, Any]:
-    """The oldest release that works, by bisection over ``releases`` (working is assumed to
-    stay working in newer releases: the newest is tried first, then halves)."""
+def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Generator[RuntimeRelease, ProbeResult, dict[str, Any]]:
+    """The oldest release that works, by bisection over ``releases``: yields each release to try,
+    is sent what it made of the file, returns ``{oldest_ok, first_bad, reason, tried}``. Working
+    is assumed to stay working in newer releases: the newest is tried first, then halves, then
+    the release just below the floor (so ``first_bad`` is always a release that was tried)."""
     ordered = sorted(releases, key=lambda r: Version(r.version))
+    package = ordered[0].package
     tried: dict[str, ProbeResult] = {}
 
-    def ok(i: int) -> bool:
-        rel = ordered[i]
-        tried[rel.version] = tried.get(rel.version) or works(rel)
-        return tried[rel.version].status == PASS
+    def brief() -> dict[str, str]:
+        return {v: _brief(r) for v, r in sorted(tried.items(), key=lambda kv: Version(kv[0]))}
 
-    package = ordered[0].package
-    if not ok(len(ordered) - 1):
-        newest = ordered[-1].version
-        return {"oldest_ok": None, "first_bad": newest,
-                "reason": floor_reason(package, None, newest, tried[newest], facts),
-                "tried": {v: _brief(r) for v, r in tried.items()}}
+    newest = ordered[-1]
+    tried[newest.version] = yield newest
+    if tried[newest.version].status != PASS:
+        return {"oldest_ok": None, "first_bad": newest.version,
+                "reason": floor_reason(package, None, newest.version, tried[newest.version], facts),
+                "tried": brief()}
     lo, hi = 0, len(ordered) - 1          # ordered[hi] works
     while lo < hi:
         mid = (lo + hi) // 2
-        if ok(mid):
+        if ordered[mid].version not in tried:
+            tried[ordered[mid].version] = yield ordered[mid]
+        if tried[ordered[mid].version].status == PASS:
             hi = mid
         else:
             lo = mid + 1
     out: dict[str, Any] = {"oldest_ok": ordered[hi].version, "first_bad": None, "reason": None}
-    if hi > 0 and not ok(hi - 1):
-        bad = ordered[hi - 1].version
-        out.update(first_bad=bad, reason=floor_reason(package, ordered[hi].version, bad, tried[bad], facts))
-    out["tried"] = {v: _brief(r) for v, r in sorted(tried.items(), key=lambda kv: Version(kv[0]))}
+    if hi > 0:
+        below = ordered[hi - 1]
+        if below.version not in tried:
+            tried[below.version] = yield below
+        if tried[below.version].status != PASS:
+            out.update(first_bad=below.version,
+                       reason=floor_reason(package, ordered[hi].version, below.version, tried[below.version], facts))
+    out["tried"] = brief()
     return out
+
+
+def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease], ProbeResult],
+               facts: dict[str, Any]) -> dict[str, Any]:
+    """``floor_search`` driven by ``works`` for one file."""
+    return drive({None: floor_search(releases, facts)}, lambda asked: {k: works(r) for k, r in asked.items()})[None]
+
+
+def drive(searches: dict[Any, Generator], answer: Callable[[dict[Any, RuntimeRelease]], dict[Any, ProbeResult]]) -> dict[Any, Any]:
+    """Run many floor searches side by side: each round asks every unfinished search's next
+    release at once (``answer`` gets key → release), so one process per release serves them all."""
+    results: dict[Any, Any] = {}
+    asked: dict[Any, RuntimeRelease] = {}
+    for key, search in searches.items():
+        try:
+            asked[key] = next(search)
+        except StopIteration as stop:
+            results[key] = stop.value
+    while asked:
+        answers = answer(asked)
+        nxt = {}
+        for key, release in asked.items():
+            try:
+                nxt[key] = searches[key].send(answers[key])
+            except StopIteration as stop:
+                results[key] = stop.value
+        asked = nxt
+    return results
 
 
 def _brief(result: ProbeResult) -> str:
@@ -175,39 +224,49 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
     stats = FloorStats()
     t0 = time.monotonic()
     facts_of: dict[Path, dict[str, Any]] = {}
+    todo: list[tuple[Record, str, Path]] = []
     for rec in records:
         runtime = runtimes.get(rec.cell_id)
         spool = spools.get(rec.cell_id)
         if rec.status is not Status.PASS or runtime not in axes.runtimes() or spool is None:
             continue
-        meta_file = spool / SPOOL_META
-        if not meta_file.exists():
-            continue
         try:
-            meta = json.loads(meta_file.read_text())
+            meta = json.loads((spool / SPOOL_META).read_text())
             if "outputs" not in meta:
                 continue
             if spool not in facts_of:
                 facts_of[spool] = file_facts(spool / meta["onnx"])
-                stats.files += 1
+        except FileNotFoundError:
+            continue       # nothing spooled: the cell came from the store, or an earlier attempt
         except Exception as exc:  # noqa: BLE001 - a file onnx cannot read is noted, never fatal
             rec.notes.append(f"runtime releases not tried: {type(exc).__name__}: {exc}"[:300])
             continue
-        facts = facts_of[spool]
-        stats.cells += 1
-        rec.graph["onnx_file"] = dict(facts)
-        digest = facts["sha256"]
-        if versions := axes.versions.get(runtime):
-            rec.graph.setdefault("runtime_versions", {})[runtime] = {
-                v: prober(spool, digest, RuntimeRelease(runtime, v)).to_dict() for v in versions}
-        if floor := axes.floor.get(runtime):
-            releases = [RuntimeRelease(runtime, v) for v in floor]
-            rec.graph.setdefault("runtime_floor", {})[runtime] = find_floor(
-                releases, lambda rel: prober(spool, digest, rel), facts)
-        if deploy := axes.deploy.get(runtime):
-            result = prober(spool, digest, RuntimeRelease(runtime, deploy))
-            rec.graph.setdefault("deploy", {})[runtime] = {"version": deploy, **result.to_dict()}
-    stats.probes = prober.probes
+        rec.graph["onnx_file"] = dict(facts_of[spool])
+        todo.append((rec, runtime, spool))
+    stats.cells, stats.files = len(todo), len(facts_of)
+    digest = {spool: facts["sha256"] for spool, facts in facts_of.items()}
+    # Every listed and deployed release, each in one process for all files.
+    prober.prefetch([(spool, digest[spool], RuntimeRelease(rt, v)) for _, rt, spool in todo
+                     for v in [*axes.versions.get(rt, []), *([axes.deploy[rt]] if rt in axes.deploy else [])]])
+    # The floors: one search per (file, runtime), the searches side by side.
+    searches = {(spool, rt): floor_search([RuntimeRelease(rt, v) for v in axes.floor[rt]], facts_of[spool])
+                for _, rt, spool in todo if rt in axes.floor}
+
+    def answer(asked: dict[tuple[Path, str], RuntimeRelease]) -> dict[tuple[Path, str], ProbeResult]:
+        prober.prefetch([(spool, digest[spool], rel) for (spool, _), rel in asked.items()])
+        return {key: prober.done[(digest[key[0]], rel)] for key, rel in asked.items()}
+
+    floors = drive(searches, answer)
+    for rec, rt, spool in todo:
+        if versions := axes.versions.get(rt):
+            rec.graph.setdefault("runtime_versions", {})[rt] = {
+                v: prober.done[(digest[spool], RuntimeRelease(rt, v))].to_dict() for v in versions}
+        if (spool, rt) in floors:
+            rec.graph.setdefault("runtime_floor", {})[rt] = floors[(spool, rt)]
+        if rt in axes.deploy:
+            result = prober.done[(digest[spool], RuntimeRelease(rt, axes.deploy[rt]))]
+            rec.graph.setdefault("deploy", {})[rt] = {"version": axes.deploy[rt], **result.to_dict()}
+    stats.probes, stats.processes = prober.probes, prober.processes
     stats.seconds = round(time.monotonic() - t0, 2)
     return stats
 
@@ -235,5 +294,5 @@ def annotate_run(run_dir: Path, plan: Any, axes: RuntimeAxes, threads: int = 1,
         tmp.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
         os.replace(tmp, results)
         log(f"runtime releases: {stats.cells} cell(s), {stats.files} file(s), {stats.probes} "
-            f"load-and-run(s) in runtime-only environments, {stats.seconds} s, no export")
+            f"load-and-run(s) in {stats.processes} runtime-only process(es), {stats.seconds} s, no export")
     return stats

@@ -2,9 +2,10 @@
 it on the spooled feeds and compare with eager's spooled outputs.
 
 Runs in an environment without torch (numpy, onnx, the runtime): it imports only the runtime's
-adapter and ``parity``. Prints one JSON object (``ProbeResult``) on its last line of stdout::
+adapter and ``parity``. Prints a JSON list of ``ProbeResult`` (one per ``--spool``, in order) on
+its last line of stdout; one process per release tries every file of a run::
 
-    python -m harness.run.runtime_probe --spool DIR --runtime ort-cpu
+    python -m harness.run.runtime_probe --spool DIR [--spool DIR ...] --runtime ort-cpu
 """
 from __future__ import annotations
 
@@ -86,13 +87,14 @@ def probe(spool: Path, runtime: str, threads: int = 1) -> ProbeResult:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.run.runtime_probe")
-    parser.add_argument("--spool", required=True, type=Path)
+    parser.add_argument("--spool", required=True, type=Path, action="append",
+                        help="a spool folder; repeated: every file in one process, one after the other")
     parser.add_argument("--runtime", required=True)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    result = probe(args.spool, args.runtime, args.threads)
+    results = [probe(spool, args.runtime, args.threads).to_dict() for spool in args.spool]
     sys.stdout.flush()
-    print(json.dumps(result.to_dict()))
+    print(json.dumps(results))
     return 0
 
 
