@@ -165,7 +165,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "latency_ms": "the timing in milliseconds (below)",
         "versions": "the versions of torch, the exporter's packages and the runtime",
         "duration_s": "seconds per stage",
-        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`, `onnx_file` (the file's `sha256`, `ir_version`, `opsets`), `runtime_floor`, `runtime_versions`, `deploy` (other runtime releases tried on the file: [Runtime floors](runtime-floors.md))",
+        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`, `onnx_file` (the file's `sha256`, `ir_version`, `opsets`, `export_group`), `runtime_floor`, `runtime_versions`, `deploy` (other runtime releases tried on the file: [Runtime floors](runtime-floors.md))",
         "notes": "what else happened (a retry, NaN at the same places as eager, a dim fixed by the exporter)",
         "log": "the log of its export group",
         "bundle": "the folder with the failing cell's files",

@@ -241,7 +241,7 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
         except Exception as exc:  # noqa: BLE001 - a file onnx cannot read is noted, never fatal
             rec.notes.append(f"runtime releases not tried: {type(exc).__name__}: {exc}"[:300])
             continue
-        rec.graph["onnx_file"] = dict(facts_of[spool])
+        rec.graph["onnx_file"] = {**facts_of[spool], "export_group": spool.name}   # the export reused
         todo.append((rec, runtime, spool))
     stats.cells, stats.files = len(todo), len(facts_of)
     digest = {spool: facts["sha256"] for spool, facts in facts_of.items()}
