@@ -26,6 +26,7 @@ from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Stage, Status
 from harness.gate.sources import run_cells, stored_records, version_plan
+from harness.gate.swap import which_change
 from harness.matrix.config import Matrix, TorchSpec, load_matrix
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import ConfigError
@@ -203,9 +204,11 @@ class Bisector:
     def __post_init__(self) -> None:
         self.current = fingerprint(self.matrix, self.config)
 
-    def records(self, version: str) -> dict[CellKey, Record]:
-        if version not in self._seen:
-            restricted, plan = version_plan(self.matrix, version)
+    def records(self, version: str, matrix: Matrix | None = None, label: str | None = None) -> dict[CellKey, Record]:
+        """The cells on ``version``; ``matrix``/``label``: a variant of it (other companion pins)."""
+        version_label = label or version
+        if version_label not in self._seen:
+            restricted, plan = version_plan(matrix or self.matrix, version)
             plan = plan.restricted({c.cell_id for c in plan.cells if c.key in self.keys})
             found: dict[CellKey, Record] = {}
             if plan.cells:
@@ -216,7 +219,7 @@ class Bisector:
                 found = {r.key: r for r in stored if r.env == env_of.get(r.cell_id)}
                 missing = {c.cell_id for c in plan.cells if c.key not in found}
                 if missing:
-                    console.print(f"bisect: torch {version}: running {len(missing)} cell(s)")
+                    console.print(f"bisect: torch {version_label}: running {len(missing)} cell(s)")
                     run_dir = run_cells(restricted, self.config, plan.restricted(missing), None,
                                         self.reports, self.provider, self.current)
                     from harness.store.runs import load_run
@@ -226,8 +229,8 @@ class Bisector:
                     found.update({r.key: r for r in new if r.cell_id in missing})
                 else:
                     console.print(f"bisect: torch {version}: stored results reused")
-            self._seen[version] = found
-        return self._seen[version]
+            self._seen[version_label] = found
+        return self._seen[version_label]
 
     def verdict(self, key: CellKey) -> Callable[[str], str | None]:
         return lambda version: verdict_of(self.records(version).get(key))
@@ -290,6 +293,12 @@ def run_bisect(req: BisectRequest, out: Callable[[str], None] = print) -> int:
             code = 1
         if changed := companion_changes(matrix, older, newer):
             out(f"  note: the two environments also differ in {', '.join(changed)}")
+            # The boundary again with the older pins (harness.gate.swap): torch or a pin?
+            flipped = which_change(matrix, older, newer, search.verdicts,
+                                   lambda variant, label: verdict_of(
+                                       bisector.records(newer, variant, label).get(key)))
+            if flipped:
+                out(f"  {flipped}")
     if bisector.runs:
         out(f"\nruns stored: {', '.join(bisector.runs)} (under {req.reports / 'runs'})")
     return code

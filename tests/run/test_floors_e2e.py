@@ -61,6 +61,8 @@ def test_the_dynamo_file_needs_a_newer_onnxruntime_than_the_torchscript_one(floo
     assert script.graph["deploy"]["ort-cpu"]["status"] == "pass"
     md = (run / "matrix.md").read_text()
     assert "✅ ≥1.18.1 ✗1.16.3" in md and "## Runtime releases per file" in md
+    html = (run / "matrix.html").read_text()
+    assert 'id="releases"' in html and "≥1.18.1 ✗1.16.3" in html
 
 
 def test_the_same_wheels_driven_directly_agree(floors_run, tmp_path):
