@@ -50,13 +50,13 @@ def final_releases(versions: list[str]) -> list[str]:
     return sorted(out, key=Version)
 
 
-def index_releases(index_url: str | None = None) -> list[str]:
-    """The torch releases the package index holds: ``pip index versions torch``, else the
+def index_releases(index_url: str | None = None, package: str = "torch") -> list[str]:
+    """The releases of ``package`` the package index holds: ``pip index versions``, else the
     index's JSON simple API (PEP 691/700)."""
     pip = [sys.executable, "-m", "pip"]
     if subprocess.run([*pip, "--version"], capture_output=True).returncode != 0:
         pip = [shutil.which("pip3") or shutil.which("pip") or "pip"]
-    cmd = [*pip, "index", "versions", "torch", "--disable-pip-version-check"]
+    cmd = [*pip, "index", "versions", package, "--disable-pip-version-check"]
     if index_url:
         cmd += ["--index-url", index_url]
     try:
@@ -66,13 +66,13 @@ def index_releases(index_url: str | None = None) -> list[str]:
             return final_releases([v.strip() for v in found.group(1).split(",")])
     except (OSError, subprocess.TimeoutExpired):
         pass
-    url = (index_url or "https://pypi.org/simple").rstrip("/") + "/torch/"
+    url = (index_url or "https://pypi.org/simple").rstrip("/") + f"/{package}/"
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return final_releases(json.load(response).get("versions", []))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot list torch releases from the index ({exc}); pass --releases") from None
+        raise ConfigError(f"cannot list {package} releases from the index ({exc}); pass --releases") from None
 
 
 def releases_between(releases: list[str], good: str, bad: str) -> list[str]:
@@ -257,11 +257,16 @@ class BisectRequest:
     cell: str | None = None
     releases: list[str] | None = None     # instead of asking the index
     provider: str = "venv"
+    package: str | None = None            # bisect this package's releases, torch held (gate.packages)
 
 
 def run_bisect(req: BisectRequest, out: Callable[[str], None] = print) -> int:
     """Exit 0: every cell's change was found; 1: a cell has nothing to bisect or could not be
     narrowed to two adjacent releases; 2 (ConfigError): bad input."""
+    if req.package is not None:
+        from harness.gate.packages import run_package_bisect
+
+        return run_package_bisect(req, out)
     for name, v in (("--good", req.good), ("--bad", req.bad)):
         try:
             Version(v)

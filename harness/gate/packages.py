@@ -151,3 +151,52 @@ def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
                       ready=getattr(provider, "is_ready", lambda spec: False))
         except ConfigError as exc:
             raise ConfigError(f"--{which} {versions[which]}: {exc}") from None
+
+
+def run_package_bisect(req, out=print) -> int:
+    """``bisect --package NAME --good A --bad B``: the release of NAME between A and B where a
+    cell's verdict changes, torch and every other pin held. Exit codes as a torch bisect."""
+    from harness.gate.bisect import (Bisector, bisect, final_releases, index_releases, releases_between,
+                                     select_keys, verdict_of)
+    from harness.matrix.config import load_matrix
+
+    matrix = load_matrix(req.config)
+    bump = PackageBump(req.package, req.good, req.bad)
+    for flag, version in (("--good", req.good), ("--bad", req.bad)):
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise ConfigError(f"{flag} {version!r}: expected a release of {req.package} such as '0.5.0'") from None
+    if Version(req.good) == Version(req.bad):
+        raise ConfigError("--good and --bad name the same release")
+    spec = check_bump(matrix, bump, req.config)
+    held = spec.version
+    keys = select_keys(matrix, held, req.cell, req.config)
+    releases = req.releases if req.releases is not None else index_releases(matrix.install.index_url, req.package)
+    versions = releases_between(final_releases(releases), req.good, req.bad)
+    out(f"bisect {len(keys)} cell(s) over {len(versions)} {req.package} releases (torch {held} held): "
+        f"{', '.join(versions)}")
+    bisector = Bisector(matrix, req.config, req.reports, keys, req.provider)
+
+    def verdict(key):
+        return lambda v: verdict_of(bisector.records(held, with_package(matrix, spec, bump, v),
+                                                     f"{held} with {req.package} {v}").get(key))
+
+    code = 0
+    for key in keys:
+        search = bisect(versions, verdict(key))
+        tried = " · ".join(f"{v} {search.verdicts[v] or 'untestable'}" for v in search.verdicts)
+        out(f"\n{key.name}\n  tried: {tried}")
+        if search.boundary is None:
+            out(f"  {(search.note or '').replace('torch ', req.package + ' ')}")
+            code = 1
+            continue
+        older, newer = search.boundary
+        out(f"  verdict changes between {req.package} {older} and {newer} "
+            f"({search.verdicts[older]} → {search.verdicts[newer]})")
+        if search.note:
+            out(f"  {search.note}")
+            code = 1
+    if bisector.runs:
+        out(f"\nruns stored: {', '.join(bisector.runs)} (under {req.reports / 'runs'})")
+    return code

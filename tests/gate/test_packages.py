@@ -67,3 +67,15 @@ def test_bad_package_gates_exit_2_before_anything_is_built(tmp_path, args, expec
     assert not (tmp_path / "reports" / "runs").exists()     # nothing ran
     if "99.0.0" in args:
         assert "no version of onnxscript==99.0.0" in proc.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--package", "timm", "--good", "1.0.0", "--bad", "1.0.9"], "does not install it"),
+    (["--package", "onnxscript", "--good", "0.6.0", "--bad", "x"], "--bad 'x': expected a release of onnxscript"),
+    (["--package", "onnxscript", "--good", "0.6.0", "--bad", "0.6.0"], "the same release"),
+])
+def test_bad_package_bisects_exit_2_before_anything_is_built(tmp_path, args, expected):
+    proc = run_harness("--reports", str(tmp_path / "reports"), "bisect", "--config", str(FLOORS), *args,
+                       check=False)
+    assert proc.returncode == 2 and expected in proc.stderr
+    assert not (tmp_path / "reports" / "runs").exists()

@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--releases", default=None,
                    help="comma-separated releases to search instead of asking the package index")
     p.add_argument("--provider", choices=opts.PROVIDERS, default="venv")
+    p.add_argument("--package", default=None, metavar="NAME",
+                   help="search this package's releases (--good/--bad are its versions) with torch held: "
+                        "onnxscript, onnx, numpy, protobuf or a torch entry's extras")
     opts.store(p)
     p.set_defaults(func=run)
 
@@ -26,4 +29,4 @@ def run(args: argparse.Namespace) -> int:
 
     releases = [v.strip() for v in args.releases.split(",") if v.strip()] if args.releases else None
     return run_bisect(BisectRequest(args.good, args.bad, args.config, args.reports, args.cell, releases,
-                                    args.provider))
+                                    args.provider, args.package))
