@@ -68,7 +68,9 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
     problem = coverage.problem(settings.min_compared)
     head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
             else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
-    lines = [f"## Upgrade gate: {md_text(base.title)} → {md_text(cand.title)}: {head}", ""]
+    moved = (f"{md_text(base.title)} → {md_text(cand.title)}" if base.subject
+             else f"torch {md_text(base.torch)} → {md_text(cand.torch)}")
+    lines = [f"## Upgrade gate: {moved}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
     lines += ["", f"**{coverage.summary()}**" + (f" ({md_text(problem)})" if problem and regressions else "")]
     cleared = [(None, "Flagged slower, cleared by re-measurement")]
@@ -127,7 +129,8 @@ def drift_lines(cells: list[CellComparison]) -> list[str]:
 
 
 def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
-    suite = ET.Element("testsuite", name=xml_text(f"upgrade-gate {base.title} -> {cand.title}"),
+    suite = ET.Element("testsuite", name=xml_text(f"upgrade-gate {base.title} -> {cand.title}" if base.subject
+                                            else f"upgrade-gate torch {base.torch} -> {cand.torch}"),
                        tests=str(len(cells)),
                        failures=str(sum(c.verdict.blocking for c in cells)),
                        skipped=str(sum(c.verdict is Verdict.NOT_COMPARABLE for c in cells)))
