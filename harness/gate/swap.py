@@ -38,7 +38,7 @@ def which_change(matrix: Matrix, older: str, newer: str, verdicts: dict[str, str
     changed = [n for n in SWAPPABLE if a.get(n) and a.get(n) != b.get(n)]
     if not changed:
         return None
-    before, after = verdicts[older], verdicts[newer]
+    before = verdicts[older]
     moves = ", ".join(f"{n} {a[n]} → {b.get(n, '—')}" for n in changed)   # what moved with torch
     swapped = verdict_with(with_pins(matrix, newer, {n: a[n] for n in changed}), f"{newer} with {older}'s pins")
     if swapped is None:
