@@ -99,8 +99,8 @@ def test_run_bisect_prints_the_change_and_the_notes_link(tmp_path, monkeypatch):
     truth = {v: "fail (check)" if v in ("2.6.0", "2.7.0", "2.7.1") else "pass" for v in RELEASES}
     tried = []
 
-    def records(self, version):
-        tried.append(version)
+    def records(self, version, matrix=None, label=None):
+        tried.append(label or version)   # label: the boundary again with the older pins (gate.swap)
         return {k: Record.for_cell("r", k, version, "e", Status.PASS if truth[version] == "pass" else Status.FAIL,
                                    stage=None if truth[version] == "pass" else "check") for k in self.keys}
 
@@ -113,6 +113,8 @@ def test_run_bisect_prints_the_change_and_the_notes_link(tmp_path, monkeypatch):
     assert rc == 0, text
     assert "verdict changes between 2.7.1 and 2.8.0 (fail (check) → pass)" in text
     assert "https://github.com/pytorch/pytorch/releases/tag/v2.8.0" in text
+    # The verdict here is torch's: 2.8.0 with 2.7.1's companion pins still passes.
+    assert "the change that flipped it: torch 2.7.1 → 2.8.0 (torch 2.8.0 with 2.7.1's pins" in text
     assert len(tried) == len(set(tried)) < len(RELEASES)
     with pytest.raises(ConfigError, match="--bad"):
         bisect_mod.run_bisect(bisect_mod.BisectRequest("2.13.0", "two", TESTS / "matrices" / "gate.yaml", tmp_path))
