@@ -118,7 +118,7 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "max_runs": "or here (`stop: max_runs`)",
         "rel_ci": "sampling stops when the median's confidence interval lies within ± this of it (`stop: converged`)",
         "confidence": "the confidence level of that interval",
-        "unstable_spread": "a robust spread (1.4826 × MAD / median) above this flags the timing unstable (so does a median interval wider than `rel_ci`)",
+        "unstable_spread": "a robust spread (IQR / 1.349 / median) above this flags the timing unstable (so does a median interval wider than `rel_ci`)",
     },
 }
 
@@ -187,7 +187,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "mean": "mean",
         "iqr": "interquartile range",
         "cv": "coefficient of variation (information: single slow calls inflate it)",
-        "spread": "robust spread: 1.4826 × median absolute deviation / median (the CV of a normal distribution with that MAD)",
+        "spread": "robust spread: interquartile range / 1.349 / median (the CV of a normal distribution with that IQR; up to a quarter of slow calls leave it alone)",
         "unstable": "the spread is above `latency.unstable_spread`, or the median's interval is wider than ±`latency.rel_ci`",
         "iterations": "timed calls",
         "threads": "intra-op threads",

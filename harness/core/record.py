@@ -87,7 +87,7 @@ class Latency:
     ``ci_low``/``ci_high``: the confidence interval of the median (order statistics);
     ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``floor_ms``: the
     runtime binding's own per-call median on an identity model. ``spread``: the robust spread
-    (1.4826 × MAD / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
+    (IQR / 1.349 / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
     machine was busy with other work while the calls were timed (``harness.run.machine_load``).
     ``samples``: every value up to
     1,000 in time order, beyond that 1,000 evenly spaced order statistics; records written before

@@ -8,8 +8,8 @@ confidence interval of the median (order statistics, exact binomial ranks) lies 
 of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged"), or at
 ``max_time_s`` ("time_cap") or ``max_runs`` ("max_runs").
 
-A timing is ``unstable`` when the robust spread of its calls (1.4826 × MAD / median, the CV a
-normal distribution of that MAD would have; single slow calls leave it alone) exceeds
+A timing is ``unstable`` when the robust spread of its calls (IQR / 1.349 / median, the CV a
+normal distribution of that IQR would have; single slow calls leave it alone) exceeds
 ``unstable_spread`` or the median's interval is wider than ±``rel_ci``; and ``loaded`` when the
 machine was busy with other work while it was taken (``harness.run.machine_load``): a loaded
 median can sit well above the true one inside a narrow interval.
@@ -150,17 +150,19 @@ def measure(fn: Callable[[], Any], protocol: LatencyProtocol, threads: int | Non
     return lat
 
 
-# 1.4826 × MAD estimates the standard deviation of a normal distribution: the spread is the
-# coefficient of variation such a distribution would have, unmoved by single slow calls.
-MAD_TO_SD = 1.4826
+# IQR / 1.349 estimates the standard deviation of a normal distribution: the spread is the
+# coefficient of variation such a distribution would have, unmoved by up to a quarter of slow
+# calls (and, unlike the MAD, not blind to two modes of similar weight).
+IQR_TO_SD = 1 / 1.349
 
 
 def robust_spread(ordered: Sequence[float]) -> float:
-    """1.4826 × the median absolute deviation, relative to the median (0 for a zero median)."""
+    """The interquartile range / 1.349, relative to the median (0 for a zero median)."""
     median = statistics.median(ordered)
-    if median <= 0:
+    if median <= 0 or len(ordered) < 2:
         return 0.0
-    return MAD_TO_SD * statistics.median(abs(x - median) for x in ordered) / median
+    quart = statistics.quantiles(ordered, n=4)
+    return IQR_TO_SD * (quart[2] - quart[0]) / median
 
 
 def summarize(samples: Sequence[float], threads: int | None = None, unstable_spread: float = 0.05,
