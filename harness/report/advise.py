@@ -194,7 +194,7 @@ def advice_markdown(records: list[Record]) -> str:
         if best is None:
             rows.append(f"| {md_text(adv.case)} | {md_text(adv.runtime)} | none of {adv.attempted} passes | | |")
             continue
-        call = md_code(" ".join(best.export_call.split())) if best.export_call else "not recorded"
+        call = md_code("; ".join(best.export_call.splitlines())) if best.export_call else "not recorded"
         rows.append(f"| {md_text(adv.case)} | {md_text(adv.runtime)} | {md_text(best.configuration)} | "
                     f"{md_text(best.facts())} | {call} |")
     text = ("## Which configuration to ship\n\n"
