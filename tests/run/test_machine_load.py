@@ -85,6 +85,12 @@ def test_the_gate_never_calls_a_loaded_figure_slower():
     assert any("loaded machine on the candidate" in n and "×18.21" in n for n in loaded.notes), loaded.notes
     faster = compare_cell(key, _timed("2.13.0", 3.55, True), _timed("2.9.1", 0.195, False), Settings(), True)
     assert faster.verdict is Verdict.UNCHANGED and faster.latency.loaded == ("baseline",)
+    from harness.gate.output import render_markdown
+    from harness.gate.sources import Side
+
+    base, cand = Side("2.13.0", "2.13.0", [loaded.base]), Side("2.9.1", "2.9.1", [loaded.cand])
+    text = render_markdown(base, cand, [quiet, loaded], Settings())
+    assert "Latency not compared for 1 cell(s)**: timed on a loaded machine on the candidate" in text
 
 
 def test_a_loaded_latency_round_trips_and_old_records_have_no_flag():
