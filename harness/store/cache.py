@@ -22,8 +22,8 @@ weights file in the repository re-runs the cell; so does a comment-only edit of 
 The runner stores a reusable record's key in the record itself (``cache_key``; crashes,
 timeouts, memory kills and environment failures get none: they say nothing lasting about the
 cell). Which stored record may stand for a new cell is the cache policy of
-``harness.store.reuse`` (``CACHE``), over its one scan of finished runs. ``CellCache`` keeps an index, ``reports/cache.json``, of key → the newest finished run of
-the store holding a record with that key; it is rebuilt from the finished runs when missing,
+``harness.store.reuse`` (``CACHE``), over its one scan of finished runs. ``CellCache`` keeps an
+index, ``reports/cache.json``, of key → the newest finished run of the store holding a record with that key; it is rebuilt from the finished runs when missing,
 unreadable or wrong (an entry that is not one, or empty while a later run finished), with a
 warning (a damaged run is skipped with a warning), and a lookup checks the record it points
 at, so a stale index only costs misses. ``adopt`` turns a stored record into the new run's:
@@ -51,7 +51,16 @@ from harness.core.env import EnvMarker, EnvSpec
 from harness.core.files import changed_case_files
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
-from harness.store.reuse import CACHE, CHANGED, LASTING, Wanted, finished_runs, stored_run, warn_skipped
+from harness.store.reuse import (
+    CACHE,
+    CHANGED,
+    LASTING,
+    StoredRun,
+    Wanted,
+    finished_runs,
+    stored_run,
+    warn_skipped,
+)
 from harness.store.runs import (
     cell_log_path,
     list_runs,
@@ -209,7 +218,7 @@ class CellCache:
         self.reports = Path(reports)
         self.path = self.reports / INDEX_FILE
         self.warn = warn
-        self._runs: dict[str, tuple[Any, dict[str, Record]]] = {}   # read once per lookup session
+        self._runs: dict[str, tuple[StoredRun | None, dict[str, Record]]] = {}   # read once per lookup session
         self.stale: dict[str, list[str]] = {}   # cell id → its case files changed since (last lookup)
 
     # -- the index --------------------------------------------------------------------------
@@ -348,7 +357,7 @@ class CellCache:
                     self.stale[cid] = changed_case_files(rec.case_files, base_dir)
         return hits
 
-    def _run_records(self, run_dir: Path, rel: str) -> tuple[Any, dict[str, Record]]:
+    def _run_records(self, run_dir: Path, rel: str) -> tuple[StoredRun | None, dict[str, Record]]:
         """The finished run at ``run_dir`` (None when unfinished or damaged) and its records by id."""
         if rel not in self._runs:
             try:
