@@ -99,3 +99,22 @@ def test_a_loaded_latency_round_trips_and_old_records_have_no_flag():
     assert back.latency_ms.loaded is True and back.latency_ms.load["other_cpu"] == 0.9
     old = Latency.from_dict({"median": 1.0})
     assert old.loaded is None and "load" not in old.to_dict() and "loaded" not in old.to_dict()
+
+
+def test_every_timed_cell_of_a_real_run_records_its_load_and_the_report_marks_loaded_ones(e2e_run, e2e_records):
+    timed = [r for r in e2e_records if r.latency_ms.median is not None]
+    assert timed
+    for rec in timed:
+        lat = rec.latency_ms
+        assert isinstance(lat.loaded, bool) and 0 <= lat.load["other_cpu"] <= 1.5 and lat.load["window_s"] > 0
+        assert lat.spread is not None and lat.unstable == (lat.spread > 0.05 or lat.ci_high - lat.median > 0.01 * lat.median
+                                                           or lat.median - lat.ci_low > 0.01 * lat.median)
+    loaded = [r for r in timed if r.latency_ms.loaded]
+    md = (e2e_run / "matrix.md").read_text()
+    html = (e2e_run / "matrix.html").read_text()
+    if loaded:
+        assert f"{len(loaded)} of {len(timed)} latencies were measured on a loaded machine" in md
+        assert f"{len(loaded)} of {len(timed)} latencies were measured on a loaded machine" in html
+        assert md.split("## Matrix", 1)[1].split("\n## ", 1)[0].count("†") == len(loaded)   # one mark per figure
+    else:
+        assert "latencies were measured on a loaded machine" not in md and "ms †" not in md
