@@ -126,7 +126,7 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "max_runs": "or here (`stop: max_runs`)",
         "rel_ci": "sampling stops when the median's confidence interval lies within ± this of it (`stop: converged`)",
         "confidence": "the confidence level of that interval",
-        "unstable_cv": "a coefficient of variation above this flags the timing unstable",
+        "unstable_spread": "a robust spread (IQR / 1.349 / median) above this flags the timing unstable (so does a median interval wider than `rel_ci`)",
     },
 }
 
@@ -165,7 +165,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "latency_ms": "the timing in milliseconds (below)",
         "versions": "the versions of torch, the exporter's packages and the runtime",
         "duration_s": "seconds per stage",
-        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`, `onnx_file` (the file's `sha256`, `ir_version`, `opsets`, `export_group`), `runtime_floor`, `runtime_versions`, `deploy` (other runtime releases tried on the file: [Runtime floors](runtime-floors.md))",
+        "graph": "facts of the exported file: `opset`, `ir_version`, `nodes`, `ops`, `bytes`, `io` (inputs and outputs: name, dtype, shape), `specialised` (dims the exporter fixed), `reduced` (after `reduce`), `optimum_validation`, `runtime_facts`, `export_call` (the `torch.onnx.export(...)` call as Python source, [Advise](advise.md)), `onnx_file` (the file's `sha256`, `ir_version`, `opsets`, `export_group`), `runtime_floor`, `runtime_versions`, `deploy` (other runtime releases tried on the file: [Runtime floors](runtime-floors.md))",
         "notes": "what else happened (a retry, NaN at the same places as eager, a dim fixed by the exporter)",
         "log": "the log of its export group",
         "bundle": "the folder with the failing cell's files",
@@ -194,8 +194,9 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "min": "fastest call",
         "mean": "mean",
         "iqr": "interquartile range",
-        "cv": "coefficient of variation",
-        "unstable": "the cv is above `latency.unstable_cv`",
+        "cv": "coefficient of variation (information: single slow calls inflate it)",
+        "spread": "robust spread: interquartile range / 1.349 / median (the CV of a normal distribution with that IQR; up to a quarter of slow calls leave it alone)",
+        "unstable": "the spread is above `latency.unstable_spread`, or the median's interval is wider than ±`latency.rel_ci`",
         "iterations": "timed calls",
         "threads": "intra-op threads",
         "ci_low": "lower end of the median's confidence interval",
@@ -205,6 +206,8 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "warmup_iterations": "warm-up calls",
         "warmup_stable": "warm-up ended on stability (not on `warmup_max_s`)",
         "floor_ms": "the runtime binding's own median call on a one-element Identity model",
+        "loaded": "the machine was busy with other work while the calls were timed (others' CPU over 25 % of the machine, or steal over 5 %); the gate never calls such a cell slower ([Report](report.md#latency-on-a-loaded-machine))",
+        "load": "what that was decided from: `other_cpu` and `steal` (shares of the machine over the timing window), `cpu_share` (the timing process's CPU time / wall time), `loadavg`, `cpus`, `window_s`",
         "samples": "at most 1,000 samples: all of them in time order, else evenly spaced order statistics",
     },
 }

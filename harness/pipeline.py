@@ -174,7 +174,8 @@ def read_costs(source: str | None, reports: Path = REPORTS, wanted: set[str] | N
     newest duration per cell), ``none`` (cell count), a run (directory, id or ``latest``), or a
     JSON file: ``plan --format json`` output or ``{cell_id: seconds}``. Only the cells in
     ``wanted`` (when given) are kept."""
-    from harness.store.runs import list_runs, load_run, read_run_meta, resolve_run
+    from harness.store.reuse import finished_runs
+    from harness.store.runs import load_run, resolve_run
 
     def keep(seconds: dict[str, float]) -> dict[str, float]:
         return seconds if wanted is None else {k: v for k, v in seconds.items() if k in wanted}
@@ -185,14 +186,13 @@ def read_costs(source: str | None, reports: Path = REPORTS, wanted: set[str] | N
     if source == "auto":
         found: dict[str, float] = {}
         used = []
-        for run_dir in reversed(list_runs(reports)):
-            meta = read_run_meta(run_dir)
-            if not meta.finished or "shard" in meta.extra:
+        for run in finished_runs(reports):
+            if "shard" in run.meta.extra:
                 continue  # a shard run holds part of a matrix; its merge is the run to learn from
-            new = {k: v for k, v in keep(cell_seconds(load_run(run_dir)[1])).items() if k not in found}
+            new = {k: v for k, v in keep(cell_seconds(run.records)).items() if k not in found}
             if new:
                 found.update(new)
-                used.append(meta.run_id)
+                used.append(run.meta.run_id)
             if len(used) >= DURATION_RUNS or (wanted is not None and len(found) == len(wanted)):
                 break
         return Costs(found, source=", ".join(used)) if found else Costs()

@@ -94,6 +94,8 @@ def harness_latency(model: Path, runtime: str) -> dict[str, Any]:
         took = time.perf_counter() - t0
     return {"median_ms": lat.median, "ci_low": lat.ci_low, "ci_high": lat.ci_high, "stop": lat.stop,
             "iterations": lat.iterations, "warmup_iterations": lat.warmup_iterations,
+            "cv": lat.cv, "spread": lat.spread, "unstable": lat.unstable, "loaded": lat.loaded,
+            "other_cpu": lat.load.get("other_cpu"),
             "measure_s": round(took, 3), "floor_ms": runtime_floor(adapter_cls, protocol, THREADS)}
 
 

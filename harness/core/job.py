@@ -49,7 +49,7 @@ class LatencyProtocol:
     max_runs: int = 1_000_000
     rel_ci: float = 0.01
     confidence: float = 0.95
-    unstable_cv: float = 0.05
+    unstable_spread: float = 0.05
 
     def __post_init__(self) -> None:
         for name in ("warmup_runs", "warmup_s", "warmup_max_s", "warmup_window_s", "warmup_tolerance",
@@ -61,8 +61,8 @@ class LatencyProtocol:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_runs < self.min_runs:
             raise ValueError("max_runs must be >= min_runs")
-        if self.max_time_s <= 0 or self.unstable_cv <= 0 or self.rel_ci <= 0:
-            raise ValueError("max_time_s, rel_ci and unstable_cv must be > 0")
+        if self.max_time_s <= 0 or self.unstable_spread <= 0 or self.rel_ci <= 0:
+            raise ValueError("max_time_s, rel_ci and unstable_spread must be > 0")
         if not 0 < self.confidence < 1:
             raise ValueError("confidence must be between 0 and 1")
 

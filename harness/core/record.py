@@ -86,7 +86,10 @@ class Latency:
 
     ``ci_low``/``ci_high``: the confidence interval of the median (order statistics);
     ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``floor_ms``: the
-    runtime binding's own per-call median on an identity model. ``samples``: every value up to
+    runtime binding's own per-call median on an identity model. ``spread``: the robust spread
+    (IQR / 1.349 / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
+    machine was busy with other work while the calls were timed (``harness.run.machine_load``).
+    ``samples``: every value up to
     1,000 in time order, beyond that 1,000 evenly spaced order statistics; records written before
     these keys existed keep all their samples and lack the other keys.
     """
@@ -97,6 +100,7 @@ class Latency:
     mean: float | None = None
     iqr: float | None = None
     cv: float | None = None
+    spread: float | None = None
     unstable: bool | None = None
     iterations: int | None = None
     threads: int | None = None
@@ -107,6 +111,8 @@ class Latency:
     warmup_iterations: int | None = None
     warmup_stable: bool | None = None
     floor_ms: float | None = None
+    loaded: bool | None = None
+    load: dict[str, Any] = field(default_factory=dict)
     samples: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -119,7 +125,8 @@ class Latency:
         # Flat fields: no deep copy (``asdict`` would walk each of up to 1,000 samples).
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out = {k: (list(v) if k == "samples" else v) for k, v in out.items()
-               if k != "extra" and v is not None and (k != "samples" or (samples and v))}
+               if k != "extra" and v is not None and (k != "samples" or (samples and v))
+               and (k != "load" or v)}
         return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
     def __bool__(self) -> bool:
@@ -328,9 +335,11 @@ _OPTIONAL = {
 _PARITY = {"max_abs": _OPT_NUM, "max_rel": _OPT_NUM, "atol": _OPT_NUM, "rtol": _OPT_NUM,
            "shapes": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
                       "a list of objects")}
-_LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv")},
+_LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv", "spread")},
             "iterations": _OPT_INT, "threads": _OPT_INT,
             "unstable": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
+            "loaded": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
+            "load": _OPT_OBJ,
             "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
                         "a list of numbers")}
 

@@ -17,6 +17,15 @@ from typing import Any
 from harness.core.record import SCHEMA_VERSION, SchemaError
 
 
+def _loadavg() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages when the run started (the run header compares them
+    with the CPUs; each timed cell records its own load, ``Latency.loaded``)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 @dataclass
 class RunMeta:
     run_id: str
@@ -41,7 +50,8 @@ class RunMeta:
         return cls(run_id=run_id, harness=harness, started=time.time(), config=str(config),
                    matrix_hash=matrix_hash, plan=plan,
                    host={"name": socket.gethostname(), "platform": platform.platform(),
-                         "cpus": os.cpu_count(), "python": platform.python_version()})
+                         "cpus": os.cpu_count(), "python": platform.python_version(),
+                         "loadavg": _loadavg()})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "run.json") -> "RunMeta":

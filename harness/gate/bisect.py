@@ -31,6 +31,7 @@ from harness.matrix.config import Matrix, TorchSpec, load_matrix
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import fingerprint
+from harness.store.reuse import BISECT
 
 RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v{version}"
 
@@ -212,11 +213,12 @@ class Bisector:
             plan = plan.restricted({c.cell_id for c in plan.cells if c.key in self.keys})
             found: dict[CellKey, Record] = {}
             if plan.cells:
-                # Stored results count only from the very environment planned now (its name hashes
-                # every pin): a release retried after a companion pin changed is run again.
+                # The bisect policy: the gate's, from the very environment planned now (its name
+                # hashes every pin): a release retried after a companion pin changed is run again.
                 env_of = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-                stored, _ = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent)
-                found = {r.key: r for r in stored if r.env == env_of.get(r.cell_id)}
+                stored, _ = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent,
+                                           BISECT, env_of)
+                found = {r.key: r for r in stored}
                 missing = {c.cell_id for c in plan.cells if c.key not in found}
                 if missing:
                     console.print(f"bisect: torch {version_label}: running {len(missing)} cell(s)")

@@ -23,6 +23,7 @@ from harness.gate.stats import (
     LatencyChange,
     compare_intervals,
     compare_latency,
+    discount_load,
     mann_whitney_u,
 )
 from harness.report.drift import GraphDrift, cell_drift
@@ -176,10 +177,12 @@ def compare_timing(base: Record, cand: Record, settings: Settings) -> LatencyCha
         return None
     if b.interval and c.interval and b.median is not None and c.median is not None:
         p = mann_whitney_u(c.samples, b.samples).p_value if len(b.samples) > 1 and len(c.samples) > 1 else None
-        return compare_intervals(b.median, b.interval, c.median, c.interval, settings.latency_threshold, p)
-    if not b.samples or not c.samples:
+        change = compare_intervals(b.median, b.interval, c.median, c.interval, settings.latency_threshold, p)
+    elif not b.samples or not c.samples:
         return None
-    return compare_latency(b.samples, c.samples, settings.latency_threshold, settings.alpha)
+    else:
+        change = compare_latency(b.samples, c.samples, settings.latency_threshold, settings.alpha)
+    return discount_load(change, b.loaded, c.loaded)
 
 
 def timing_detail(lat: LatencyChange) -> str:
@@ -213,7 +216,10 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
     if lat is not None and lat.significant:
         verdict = Verdict.SLOWER if lat.slower else Verdict.FASTER
         return CellComparison(key, verdict, base, cand, timing_detail(lat), lat)
-    return CellComparison(key, Verdict.UNCHANGED, base, cand, "", lat)
+    cell = CellComparison(key, Verdict.UNCHANGED, base, cand, "", lat)
+    if lat is not None and lat.load_note:
+        cell.notes.append(lat.load_note)
+    return cell
 
 
 def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Settings) -> list[CellComparison]:

@@ -73,6 +73,12 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
     lines = [f"## Upgrade gate: {moved}: {head}", ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
     lines += ["", f"**{coverage.summary()}**" + (f" ({md_text(problem)})" if problem and regressions else "")]
+    loaded = [c for c in cells if c.latency is not None and c.latency.loaded]
+    if loaded:
+        sides = sorted({side for c in loaded for side in c.latency.loaded})
+        lines += ["", f"**Latency not compared for {len(loaded)} cell(s)**: timed on a loaded machine on the "
+                  f"{' and the '.join(sides)}; the gate calls nothing slower from such figures (re-run on a "
+                  "quiet machine to compare them)."]
     cleared = [(None, "Flagged slower, cleared by re-measurement")]
     for verdict, title in SECTIONS + cleared:
         chosen = [c for c in cells if c.verdict is verdict or

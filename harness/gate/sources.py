@@ -1,9 +1,10 @@
 """Where the gate's two sides come from: a run (id or directory, optionally `@torch`) or a torch
 version, whose cells are taken from stored finished runs with the same code and run where missing.
 
-Stored results are reused only when the case source file and the harness version that produced
-them are the ones checked out now (the fingerprint), and every file the case loaded when it ran
-(the record's ``case_files``) is unchanged, so a gate never compares different cases.
+Stored results are reused by the gate's policy (``harness.store.reuse.GATE``): only when the
+case source file and the harness version that produced them are the ones checked out now (the
+fingerprint), and every file the case loaded when it ran (the record's ``case_files``) is
+unchanged, so a gate never compares different cases.
 """
 from __future__ import annotations
 
@@ -13,21 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.files import changed_case_files
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
-from harness.envs.provider import EnvironmentBuildError
 from harness.matrix.config import Matrix, TorchSpec
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
-from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint, same_code
-from harness.store.runs import (
-    list_runs,
-    load_run,
-    read_run_meta,
-    resolve_run,
-    write_json_atomic,
-)
+from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint
+from harness.store.reuse import GATE, ReusePolicy, Wanted, is_environment_failure, reuse
+from harness.store.runs import load_run, resolve_run, write_json_atomic
 
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
 
@@ -94,12 +88,6 @@ def side_from_run(ref: str, reports: Path) -> Side:
     return Side(ref, version, chosen, [meta.run_id], {meta.run_id: run_fingerprint(run_dir, meta) or {}})
 
 
-def is_environment_failure(rec: Record) -> bool:
-    """A record the runner wrote because the cell's environment could not be built or started:
-    it says nothing about the cell, so it is never reused and never compared."""
-    return rec.status is Status.CRASH and (rec.error or "").startswith(EnvironmentBuildError.__name__)
-
-
 class EnvironmentFailure(ConfigError):
     """A side's environment could not be built: the gate cannot compare (exit 2, never 1)."""
 
@@ -123,34 +111,21 @@ def check_environments(sides: dict[str, Side]) -> None:
 
 
 def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
-                   base_dir: Path | str = ".") -> tuple[list[Record], dict[str, dict]]:
-    """Newest finished result per planned cell among stored runs produced by the same code and
-    whose case files (relative names resolved against ``base_dir``, the matrix file's folder) are
-    unchanged; records of environments that could not be built are skipped: those cells run again."""
+                   base_dir: Path | str = ".", policy: ReusePolicy = GATE,
+                   envs: dict[str, str] | None = None) -> tuple[list[Record], dict[str, dict]]:
+    """Newest finished result per planned cell that ``policy`` (``harness.store.reuse``) lets stand
+    for it: by default the gate's (same code, case files unchanged, relative names resolved against
+    ``base_dir``, the matrix file's folder; no environment failure: those cells run again)."""
     # A stored cell stands for a planned one only if it ran in the same environment (its name
     # hashes every package installed): a cell of another companion pin is another cell.
-    wanted = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-    found: dict[str, Record] = {}
-    prints: dict[str, dict] = {}
-    for run_dir in reversed(list_runs(reports)):
-        try:
-            meta = read_run_meta(run_dir)
-            fp = run_fingerprint(run_dir, meta)
-            if not meta.finished or not fp:
-                continue
-            _, records = load_run(run_dir)
-        except (SchemaError, ValueError, OSError) as exc:
-            # One damaged run must not block every later gate: its cells are run again instead.
-            print(f"warning: skipping stored run {run_dir.name}: {exc}", file=sys.stderr)
-            continue
-        for rec in records:
-            if is_environment_failure(rec):
-                continue
-            if (wanted.get(rec.cell_id) == rec.env and rec.cell_id not in found and same_code(fp, current, rec.case)
-                    and not changed_case_files(rec.case_files, base_dir)):
-                found[rec.cell_id] = rec
-                prints[rec.run_id] = fp
-    return list(found.values()), prints
+    if envs is None:
+        envs = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
+    wanted = Wanted(fingerprint=current, base_dir=base_dir, envs=envs)
+    # One damaged run must not block every later gate: its cells are run again instead.
+    found = reuse(policy, reports, wanted, [c.cell_id for c in plan.cells],
+                  damaged=lambda d, exc: print(f"warning: skipping stored run {d.name}: {exc}", file=sys.stderr))
+    prints = {rec.run_id: found.runs[cid].fingerprint or {} for cid, rec in found.records.items()}
+    return list(found.records.values()), prints
 
 
 def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,

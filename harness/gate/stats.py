@@ -5,12 +5,13 @@ significantly, as asv compare does; either alone flaps (a 30 % swing on a noisy 
 significant, a significant 1 % change is not worth blocking a torch bump). The evidence is the
 recorded confidence intervals of the two medians when both records have one (they must not
 overlap), otherwise Mann–Whitney U (``scipy.stats.mannwhitneyu``) on the records' samples.
+A side timed on a loaded machine (``Latency.loaded``) decides nothing (``discount_load``).
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 
@@ -50,10 +51,28 @@ class LatencyChange:
     faster: bool              # ratio below 1/threshold and significant
     method: str = "mann-whitney"                  # or "interval": the recorded intervals decided
     intervals: tuple[Interval, Interval] | None = None   # (baseline, candidate) when recorded
+    loaded: tuple[str, ...] = ()    # sides timed on a loaded machine: no slower/faster from them
 
     @property
     def significant(self) -> bool:
         return self.slower or self.faster
+
+    @property
+    def load_note(self) -> str | None:
+        if not self.loaded:
+            return None
+        return (f"latency not compared: measured on a loaded machine on the {' and the '.join(self.loaded)} "
+                f"(median ×{self.ratio:.2f}); re-run on a quiet machine to compare it")
+
+
+def discount_load(change: LatencyChange, base_loaded: bool | None, cand_loaded: bool | None) -> LatencyChange:
+    """The change with no verdict where either side was timed on a loaded machine: a loaded
+    median sits many times too high inside a narrow interval, so neither "slower" nor "faster"
+    can be told from it (``harness.run.machine_load``)."""
+    sides = tuple(name for name, flag in (("baseline", base_loaded), ("candidate", cand_loaded)) if flag)
+    if not sides:
+        return change
+    return replace(change, slower=False, faster=False, loaded=sides)
 
 
 def compare_latency(base: Sequence[float], cand: Sequence[float], threshold: float = DEFAULT_RATIO,

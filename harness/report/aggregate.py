@@ -33,7 +33,7 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "runtime": r.runtime, "options": r.key.options.label, "status": r.status.value,
             "stage": r.stage, "error": r.error, "signature": r.signature, "hint": r.hint,
             "opset_actual": r.opset_actual, "latency": r.latency_ms.median,
-            "floor": r.latency_ms.floor_ms,
+            "floor": r.latency_ms.floor_ms, "loaded": bool(r.latency_ms.loaded),
             "max_abs": r.parity.max_abs, "reason": r.reason, "cell_id": r.cell_id,
             "bundle": r.bundle, "repro": r.repro,
             "party": r.blame.party if r.blame else None,
@@ -42,7 +42,7 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "releases": floor_badge(r),   # runtime floor / failing deployed release (report.floors)
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
-               "signature", "hint", "opset_actual", "latency", "floor", "max_abs", "reason", "cell_id",
+               "signature", "hint", "opset_actual", "latency", "floor", "loaded", "max_abs", "reason", "cell_id",
                "bundle", "repro", "party", "repository", "blame_reason", "releases"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -68,12 +68,36 @@ def blame_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
     return sorted(out, key=lambda g: (-g["cells"], g["party"]))
 
 
-def latency_text(latency: float, floor: Any) -> str:
-    """'0.012 ms', or '0.012 ms (floor 0.009)' below FLOOR_SHOWN_BELOW_MS where a floor was recorded."""
+LOADED_MARK = "†"
+
+
+def latency_text(latency: float, floor: Any, loaded: Any = False) -> str:
+    """'0.012 ms', or '0.012 ms (floor 0.009)' below FLOOR_SHOWN_BELOW_MS where a floor was
+    recorded; marked † when it was measured on a loaded machine."""
     text = f"{latency:.3g} ms"
     if floor is not None and pd.notna(floor) and latency < FLOOR_SHOWN_BELOW_MS:
         text += f" (floor {floor:.2g})"
+    if loaded is True:
+        text += f" {LOADED_MARK}"
     return text
+
+
+def load_note(records: list[Record], meta: RunMeta | None = None) -> str:
+    """The run header's line on load: how many latencies were taken on a loaded machine (and the
+    load average when the run started); '' when none was."""
+    timed = [r for r in records if r.latency_ms.median is not None]
+    loaded = [r for r in timed if r.latency_ms.loaded]
+    if not loaded:
+        return ""
+    others = sorted(r.latency_ms.load.get("other_cpu") for r in loaded
+                    if isinstance(r.latency_ms.load.get("other_cpu"), (int, float)))
+    busy = f" (other processes used a median {others[len(others) // 2]:.0%} of the CPUs while they were timed)" if others else ""
+    start = ""
+    host = meta.host if meta is not None else {}
+    if isinstance(host.get("loadavg"), list) and host["loadavg"]:
+        start = f"; load average {host['loadavg'][0]:g} on {host.get('cpus', '?')} CPUs when the run started"
+    return (f"{LOADED_MARK} {len(loaded)} of {len(timed)} latencies were measured on a loaded machine{busy}{start}: "
+            f"their figures may be several times too high, and the gate does not call them slower.")
 
 
 def floor_note(df: pd.DataFrame) -> str:

@@ -31,6 +31,7 @@ from harness.report.aggregate import (
     floor_note,
     history,
     latency_text,
+    load_note,
     previous_run,
     records_frame,
     root_cause_text,
@@ -39,6 +40,7 @@ from harness.report.aggregate import (
     summaries,
     torch_bumps,
 )
+from harness.report.advise import advice_rows
 from harness.report.architectures import architectures_html
 from harness.report.markdown import render_markdown
 from harness.store.runs import (
@@ -129,7 +131,7 @@ def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None
 def html_cell_text(row: pd.Series) -> str:
     releases = f" · {row['releases']}" if row.get("releases") else ""   # report.floors
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        return latency_text(row["latency"], row.get("floor")) + releases
+        return latency_text(row["latency"], row.get("floor"), row.get("loaded")) + releases
     stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != Status.PASS else ""
     return row["status"] + (f" · {stage}" if stage else "") + releases
 
@@ -219,6 +221,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         reduced=diagnosis.reduced_rows(records), releases=floor_rows(records),
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href,
+        load_note=load_note(records, meta), advice=advice_rows(records),
         css=_asset("report.css"), js=_asset("matrix.js"))
 
 

@@ -15,12 +15,14 @@ from harness.report.aggregate import (
     blame_groups,
     floor_note,
     latency_text,
+    load_note,
     records_frame,
     root_cause_text,
     status_changes,
     torch_bumps,
     torch_sort_key,
 )
+from harness.report.advise import advice_markdown
 from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
 from harness.report.floors import markdown_section as floors_section
@@ -31,7 +33,7 @@ GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIM
           S.XFAIL.value: "⚠️", S.XPASS.value: "❗", S.SKIP.value: "⏭️"}
 LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ timeout · ⚠️ known failure (xfail) · "
           "❗ known failure now passing (xpass) · ⏭️ skip · `op18`: opset the file declares when it "
-          "differs from the one requested · ms: median latency")
+          "differs from the one requested · ms: median latency · †: measured on a loaded machine")
 
 
 def cell_text(row: pd.Series) -> str:
@@ -39,7 +41,7 @@ def cell_text(row: pd.Series) -> str:
     if row["status"] in FAILED and row["stage"]:
         text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        text += " " + latency_text(row["latency"], row.get("floor"))
+        text += " " + latency_text(row["latency"], row.get("floor"), row.get("loaded"))
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"
@@ -156,7 +158,10 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
         return head + "No cells were run.\n"
     df = records_frame(records)
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
+    loaded = load_note(records, meta)
+    head += f"**{md_text(loaded)}**\n\n" if loaded else ""
     return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
-            f"{architectures_markdown(df)}## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
+            f"{architectures_markdown(df)}{advice_markdown(records)}"
+            f"## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
             f"{bumps_section(df)}{markdown_sections(records)}{floors_section(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

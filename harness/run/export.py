@@ -152,13 +152,25 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         return ("dynamic_shapes=True" if dims else None), None, None
     args, kwargs, marking = export_arguments(spec, exporter, opset, dynamic, constant_folding, outputs,
                                              dim_policy, supported)
+    call = _call_source(spec, args, kwargs)
     result = torch.onnx.export(spec.model, args, str(path), **kwargs)
     if exporter != "dynamo":
-        return marking, None, None
+        return marking, None, call
     if not path.exists() and result is not None:  # very early dynamo=True releases
         result.save(str(path))
     strategy = capture_strategy(result)
-    return marking, result, ({"capture_strategy": strategy} if strategy else None)
+    return marking, result, {**(call or {}), **({"capture_strategy": strategy} if strategy else {})}
+
+
+def _call_source(spec: CaseSpec, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"export_call": source}``: the call as a user would write it (``repro.export_call_source``),
+    recorded in the record's graph for the advisor; None where the arguments cannot be written out."""
+    from harness.run.repro import export_call_source
+
+    try:
+        return {"export_call": export_call_source(spec, args, kwargs)}
+    except Exception:  # noqa: BLE001 - describing the call never decides the cell's verdict
+        return None
 
 
 def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = True,

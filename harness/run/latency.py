@@ -8,6 +8,12 @@ confidence interval of the median (order statistics, exact binomial ranks) lies 
 of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged"), or at
 ``max_time_s`` ("time_cap") or ``max_runs`` ("max_runs").
 
+A timing is ``unstable`` when the robust spread of its calls (IQR / 1.349 / median, the CV a
+normal distribution of that IQR would have; single slow calls leave it alone) exceeds
+``unstable_spread`` or the median's interval is wider than ±``rel_ci``; and ``loaded`` when the
+machine was busy with other work while it was taken (``harness.run.machine_load``): a loaded
+median can sit well above the true one inside a narrow interval.
+
 A record keeps a bounded sample (``bounded_sample``): every value up to ``MAX_KEPT`` in time
 order, beyond that ``MAX_KEPT`` evenly spaced order statistics (minimum and maximum included),
 so a record stays small and the gate's rank test still sees the whole distribution's shape.
@@ -28,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency
+from harness.run.machine_load import LoadProbe
 
 MAX_KEPT = 1000
 # Binding floors measured in this process, per (runtime, threads): one identity model each.
@@ -131,25 +138,52 @@ def take_samples(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[list
 
 
 def measure(fn: Callable[[], Any], protocol: LatencyProtocol, threads: int | None = None) -> Latency:
-    """Time ``fn`` (one synchronous inference) and summarise in milliseconds."""
+    """Time ``fn`` (one synchronous inference) and summarise in milliseconds; whether the
+    machine was busy with other work during the warm-up and sampling is recorded beside."""
+    probe = LoadProbe.start()
     warm_runs, stable = warm_up(fn, protocol)
     samples, stop = take_samples(fn, protocol)
-    lat = summarize(samples, threads, protocol.unstable_cv, protocol.confidence)
+    load = probe.result()
+    lat = summarize(samples, threads, protocol.unstable_spread, protocol.confidence, protocol.rel_ci)
     lat.stop, lat.warmup_iterations, lat.warmup_stable = stop, warm_runs, stable
+    lat.loaded, lat.load = load.pop("loaded", None), load
     return lat
 
 
-def summarize(samples: Sequence[float], threads: int | None = None, unstable_cv: float = 0.05,
-              confidence: float = 0.95) -> Latency:
-    """Robust statistics of all samples; the record keeps a bounded sample of them."""
+# IQR / 1.349 estimates the standard deviation of a normal distribution: the spread is the
+# coefficient of variation such a distribution would have, unmoved by up to a quarter of slow
+# calls (and, unlike the MAD, not blind to two modes of similar weight).
+IQR_TO_SD = 1 / 1.349
+
+
+def robust_spread(ordered: Sequence[float]) -> float:
+    """The interquartile range / 1.349, relative to the median (0 for a zero median)."""
+    median = statistics.median(ordered)
+    if median <= 0 or len(ordered) < 2:
+        return 0.0
+    quart = statistics.quantiles(ordered, n=4)
+    return IQR_TO_SD * (quart[2] - quart[0]) / median
+
+
+def summarize(samples: Sequence[float], threads: int | None = None, unstable_spread: float = 0.05,
+              confidence: float = 0.95, rel_ci: float | None = None) -> Latency:
+    """Robust statistics of all samples; the record keeps a bounded sample of them.
+
+    Unstable: the robust spread exceeds ``unstable_spread``, or the median's interval is missing
+    or (with ``rel_ci``) wider than ±``rel_ci`` of it. The CV is kept for information: single
+    slow calls inflate it on any machine."""
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=10) if len(ordered) >= 2 else [ordered[0]] * 9
     quart = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
     mean = statistics.fmean(ordered)
     cv = statistics.pstdev(ordered) / mean if mean > 0 else 0.0
     interval = median_interval(ordered, confidence)
-    return Latency(median=statistics.median(ordered), p90=q[8], min=ordered[0], mean=mean,
-                   iqr=quart[2] - quart[0], cv=cv, unstable=cv > unstable_cv,
+    median = statistics.median(ordered)
+    spread = robust_spread(ordered)
+    wide = interval is None or (rel_ci is not None and median > 0
+                                and max(median - interval[0], interval[1] - median) > rel_ci * median)
+    return Latency(median=median, p90=q[8], min=ordered[0], mean=mean,
+                   iqr=quart[2] - quart[0], cv=cv, spread=spread, unstable=spread > unstable_spread or wide,
                    iterations=len(ordered), threads=threads,
                    ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None,
                    confidence=confidence if interval else None,

@@ -101,6 +101,22 @@ def case_source(group: Any, base_dir: Path) -> tuple[str, str]:
     return str(Path(spec.origin).resolve()), ref.function
 
 
+def export_call_source(spec: Any, args: tuple, kwargs: dict[str, Any], var: str = "x") -> str:
+    """The ``torch.onnx.export`` call a cell made, as Python source: ``model`` is the case's model,
+    ``{var}`` its example inputs by name (``{var}["input_ids"]``, arrays as in ``inputs.npz``), and
+    a ``DIMS`` line first where the call names torch.export Dims. Raises ``NotScriptable``."""
+    src = _Source(_tensor_names(spec.example), var)
+    args_src = src(tuple(args))
+    kwargs_src = ", ".join(f"{k}={src(v)}" for k, v in kwargs.items())
+    head = ""
+    if src.dims:
+        head = ("from torch.export import Dim\nDIMS = {"
+                + ", ".join(f"{k!r}: {v}" for k, v in sorted(src.dims.items())) + "}\n")
+    elif "Dim." in kwargs_src:
+        head = "from torch.export import Dim\n"
+    return f"{head}torch.onnx.export(model, {args_src}, \"model.onnx\", {kwargs_src})"
+
+
 # ---- the script --------------------------------------------------------------------------------
 
 _HEAD = '''"""Reproduces {cell}: {stage} fails.

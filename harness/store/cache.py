@@ -21,8 +21,9 @@ weights file in the repository re-runs the cell; so does a comment-only edit of 
 
 The runner stores a reusable record's key in the record itself (``cache_key``; crashes,
 timeouts, memory kills and environment failures get none: they say nothing lasting about the
-cell). ``CellCache`` keeps an index, ``reports/cache.json``, of key → the newest finished run of
-the store holding a record with that key; it is rebuilt from the finished runs when missing,
+cell). Which stored record may stand for a new cell is the cache policy of
+``harness.store.reuse`` (``CACHE``), over its one scan of finished runs. ``CellCache`` keeps an
+index, ``reports/cache.json``, of key → the newest finished run of the store holding a record with that key; it is rebuilt from the finished runs when missing,
 unreadable or wrong (an entry that is not one, or empty while a later run finished), with a
 warning (a damaged run is skipped with a warning), and a lookup checks the record it points
 at, so a stale index only costs misses. ``adopt`` turns a stored record into the new run's:
@@ -50,10 +51,19 @@ from harness.core.env import EnvMarker, EnvSpec
 from harness.core.files import changed_case_files
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
+from harness.store.reuse import (
+    CACHE,
+    CHANGED,
+    LASTING,
+    StoredRun,
+    Wanted,
+    finished_runs,
+    stored_run,
+    warn_skipped,
+)
 from harness.store.runs import (
     cell_log_path,
     list_runs,
-    load_run,
     read_run_meta,
     runs_root,
     write_json_atomic,
@@ -66,9 +76,8 @@ if TYPE_CHECKING:
 INDEX_FILE = "cache.json"
 LOCK_FILE = ".cache.lock"
 INDEX_SCHEMA = 1
-# Verdicts that say something lasting about the cell; crash and timeout (memory kills and
-# environment failures are crashes) are never reused.
-REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.XFAIL, Status.XPASS})
+# Verdicts that say something lasting about the cell (the cache policy's, harness.store.reuse).
+REUSABLE = LASTING
 NOTE_PREFIX = "taken from run "
 # What a key covers, versioned: 2 added the record's case files (keys of records that did not
 # have them never match again, so such records run once more).
@@ -146,6 +155,7 @@ def cell_key(inputs: dict[str, Any]) -> str:
 
 
 def reusable(rec: Record) -> bool:
+    """Whether the record can enter the index: it has a key and a lasting verdict."""
     return bool(rec.cache_key) and rec.status in REUSABLE
 
 
@@ -208,7 +218,7 @@ class CellCache:
         self.reports = Path(reports)
         self.path = self.reports / INDEX_FILE
         self.warn = warn
-        self._runs: dict[str, dict[str, Record] | None] = {}   # read once per lookup session
+        self._runs: dict[str, tuple[StoredRun | None, dict[str, Record]]] = {}   # read once per lookup session
         self.stale: dict[str, list[str]] = {}   # cell id → its case files changed since (last lookup)
 
     # -- the index --------------------------------------------------------------------------
@@ -260,25 +270,26 @@ class CellCache:
     def _entries(self, run_dir: Path, records: list[Record] | None = None) -> dict[str, dict[str, str]]:
         """Key → entry for every reusable record of a finished run ({} for an unfinished one);
         raises for a damaged run. ``records``: the run's, already read and validated."""
-        if records is None:
-            meta, records = load_run(run_dir)
-        else:
-            meta = read_run_meta(run_dir)
-        if not meta.finished:
+        run = stored_run(run_dir)
+        if run is None:
             return {}
+        records = run.records if records is None else records
         rel = str(Path(run_dir).resolve().relative_to(self.reports.resolve()))
-        return {r.cache_key: {"run": meta.run_id, "dir": rel, "cell": r.cell_id}
+        return {r.cache_key: {"run": run.meta.run_id, "dir": rel, "cell": r.cell_id}
                 for r in records if reusable(r)}
 
     def rebuild(self) -> dict[str, dict[str, str]]:
         """The index from every finished run of the store, newer runs winning; a damaged run is
         skipped with a warning."""
         keys: dict[str, dict[str, str]] = {}
-        for run_dir in list_runs(self.reports):
+        damaged = warn_skipped("cell cache", self.warn)
+        rel = self.reports.resolve()
+        for run in finished_runs(self.reports, damaged, newest_first=False):
             try:
-                keys.update(self._entries(run_dir))
+                keys.update({r.cache_key: {"run": run.meta.run_id, "dir": str(run.dir.resolve().relative_to(rel)),
+                                           "cell": r.cell_id} for r in run.records if reusable(r)})
             except (SchemaError, ValueError, OSError) as exc:
-                self.warn(f"warning: cell cache skips stored run {run_dir.name}: {exc}")
+                damaged(run.dir, exc)
         return keys
 
     def index(self) -> dict[str, dict[str, str]]:
@@ -334,23 +345,25 @@ class CellCache:
         hits: dict[str, tuple[Record, Path]] = {}
         for rel, cells in by_dir.items():
             run_dir = self.reports / rel
-            by_id = self._run_records(run_dir, rel)
+            run, by_id = self._run_records(run_dir, rel)
             for cid, key in cells.items():
-                rec = by_id.get(cid) if by_id else None
-                if rec is not None and rec.cache_key == key and reusable(rec):
-                    changed = changed_case_files(rec.case_files, base_dir)
-                    if changed:
-                        self.stale[cid] = changed
-                        continue
+                rec = by_id.get(cid)
+                if rec is None:
+                    continue
+                why = CACHE.refusal(run, rec, Wanted(base_dir=base_dir, keys={cid: key}))
+                if why is None:
                     hits[cid] = (copy.copy(rec), run_dir)   # adopt rebinds fields, never mutates them
+                elif why.startswith(CHANGED):
+                    self.stale[cid] = changed_case_files(rec.case_files, base_dir)
         return hits
 
-    def _run_records(self, run_dir: Path, rel: str) -> dict[str, Record] | None:
+    def _run_records(self, run_dir: Path, rel: str) -> tuple[StoredRun | None, dict[str, Record]]:
+        """The finished run at ``run_dir`` (None when unfinished or damaged) and its records by id."""
         if rel not in self._runs:
             try:
-                meta, records = load_run(run_dir)
-                self._runs[rel] = {r.cell_id: r for r in records} if meta.finished else None
+                run = stored_run(run_dir)
+                self._runs[rel] = (run, {r.cell_id: r for r in run.records} if run else {})
             except (SchemaError, ValueError, OSError) as exc:
-                self.warn(f"warning: cell cache skips stored run {run_dir.name}: {exc}")
-                self._runs[rel] = None
+                warn_skipped("cell cache", self.warn)(run_dir, exc)
+                self._runs[rel] = (None, {})
         return self._runs[rel]

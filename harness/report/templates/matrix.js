@@ -190,8 +190,11 @@
     var l = c.latency || {};
     if (Object.keys(l).length) {
       var ls = section(body, "Latency (ms)");
+      var load = l.load || {};
       kv(ls, [["median", l.median], ["p90", l.p90], ["min", l.min], ["iqr", l.iqr], ["cv", l.cv],
-              ["iterations", l.iterations], ["threads", l.threads], ["unstable", l.unstable ? "yes (cv > 5 %)" : null]]);
+              ["spread", l.spread], ["iterations", l.iterations], ["threads", l.threads],
+              ["unstable", l.unstable ? "yes (robust spread or median interval too wide)" : null],
+              ["loaded", l.loaded ? "yes: others used " + fmt(load.other_cpu) + " of the CPUs, steal " + fmt(load.steal) + " (figure not trusted; the gate never calls it slower)" : null]]);
       if (c.histogram) histogram(ls, c.histogram);
     }
     var g = c.graph || {};
