@@ -121,13 +121,15 @@ def test_the_gate_wants_the_same_code_the_cache_and_advisor_do_not_ask(tmp_path)
     assert _taken(CACHE, reports, wanted) == "r1" and _taken(ADVISE, reports, wanted) == "r1"
 
 
-def test_bisect_wants_the_planned_environment_and_falls_back_to_an_older_run_that_has_it(tmp_path):
+def test_gate_and_bisect_want_the_planned_environment_and_fall_back_to_an_older_run_that_has_it(tmp_path):
+    # A package gate moves one companion pin: a cell of another environment is another cell.
     reports = tmp_path / "reports"
     _run(reports, "r1", 1.0, [_rec("r1", env="env-a")])
     _run(reports, "r2", 2.0, [_rec("r2", env="env-b")])      # a companion pin changed since
     wanted = _wanted(tmp_path)
-    assert _taken(GATE, reports, wanted) == "r2"
+    assert _taken(GATE, reports, wanted) == "r1"
     assert _taken(BISECT, reports, wanted) == "r1"
+    assert _taken(ADVISE, reports, wanted) == "r2"           # the advisor reads what was measured
     assert "ran in environment env-b" in _taken(BISECT, reports, Wanted(PRINT, tmp_path, envs={CELL: "env-c"}))
 
 
