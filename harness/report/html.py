@@ -40,6 +40,7 @@ from harness.report.aggregate import (
 )
 from harness.report.architectures import architectures_html
 from harness.report.markdown import render_markdown
+from harness.report.overview import overview_context
 from harness.store.runs import (
     cell_log_path,
     list_runs,
@@ -150,7 +151,8 @@ def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
                 "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9),
                 "party": _or_none(r["party"])})
         rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
-                     "runtime": key[4], "cells": cells})
+                     "runtime": key[4], "cells": cells,
+                     "skip_only": all(c is None or c["status"] == Status.SKIP for c in cells)})
     return rows
 
 
@@ -204,6 +206,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        overview=overview_context(df),
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
         failures=failure_groups(df), blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
