@@ -9,11 +9,14 @@
   failed or is missing;
 - ``write_history_site``: ``index.html`` (freshness, changes since last night and since last week,
   every cell with its trend strip and history, every night) and ``nights/<night>.html`` (that
-  night's full report, with its overview).
+  night's full report, with its overview). A night's page is written again only when its night,
+  the night before or the report's code changed (a stamp in its first line), so a site kept
+  between publishes (the workflow caches it) renders only the new night.
 """
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +26,7 @@ from harness.core.cell import CellKey
 from harness.core.record import Record, count_by_status
 from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS
-from harness.store.nights import Night, read_nights
+from harness.store.nights import Night, night_files, read_nights
 
 # One character per night in a trend strip; "-": the cell was not in that night's run.
 CODES = {Status.PASS: "p", Status.FAIL: "f", Status.CRASH: "c", Status.TIMEOUT: "t",
@@ -274,26 +277,61 @@ def skipped_lines(history: History) -> list[dict[str, Any]]:
     return [{"runtime": r, "reason": why, "cells": n} for (r, why), n in sorted(groups.items())]
 
 
+STAMP = "night-page"
+
+
+def _renderer_digest() -> str:
+    """What a night's page depends on besides its nights: the report's code and templates."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted([*here.glob("*.py"), *(here / "templates").iterdir()]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _page_stamp(renderer: str, night: Path, previous: Path | None) -> str:
+    digest = hashlib.sha256(renderer.encode())
+    for path in (night, previous):
+        digest.update(path.read_bytes() if path else b"")
+    return digest.hexdigest()[:24]
+
+
+def _stamp_of(page: Path) -> str | None:
+    try:
+        with page.open(encoding="utf-8") as fh:
+            first = fh.readline()
+    except OSError:
+        return None
+    parts = first.split()
+    return parts[2] if len(parts) >= 4 and parts[1] == STAMP else None
+
+
 def write_history_site(nights_dir: Path, site: Path, max_age_h: float = DEFAULT_MAX_AGE_H,
                        now: float | None = None) -> Path:
     """The published site: index.html (the history) and one page per night; returns index.html."""
     from harness.report.aggregate import records_frame
-    from harness.report.html import _asset, _env, _when, render_run_html, run_plots, script_json
+    from harness.report.html import _asset, _env, _when, render_run_html, script_json
 
     nights = read_nights(nights_dir)
     history = build_history(nights)
     fresh = freshness(nights, max_age_h, now)
     (site / "nights").mkdir(parents=True, exist_ok=True)
     (site / ".nojekyll").write_text("")
+    files = night_files(nights_dir)
+    renderer = _renderer_digest()
     for i, night in enumerate(nights):
+        page = site / "nights" / f"{night.night}.html"
+        stamp = _page_stamp(renderer, files[i], files[i - 1] if i else None)
+        if _stamp_of(page) == stamp:
+            continue   # the same night, previous night and renderer: the page as it is
         records = night.to_records()
         previous = None
         if i:
             prev = nights[i - 1]
             previous = (prev.meta(), records_frame(prev.to_records()))
-        html = render_run_html(site / "nights", records, night.meta(), previous, run_plots(records),
-                               "../index.html")
-        (site / "nights" / f"{night.night}.html").write_text(html, encoding="utf-8", errors=ENCODE_ERRORS)
+        # No plots on night pages: rendering them costs more than the rest of the page.
+        html = render_run_html(site / "nights", records, night.meta(), previous, {}, "../index.html")
+        page.write_text(f"<!-- {STAMP} {stamp} -->\n" + html, encoding="utf-8", errors=ENCODE_ERRORS)
     last = [_change_dict(c) for c in changes(history, len(nights) - 2, len(nights) - 1)] \
         if len(nights) > 1 else None
     week_i = week_before(history)

@@ -27,10 +27,10 @@ class GridCell:
     def kind(self) -> str:
         """pass: every configuration passed; fail: none did; mixed: some did; xfail: only known ones failed."""
         if self.passed == self.attempted:
-            return "pass"
+            return Status.PASS.value
         if self.passed + self.known == self.attempted:
-            return "xfail"
-        return "fail" if self.passed == 0 else "mixed"
+            return Status.XFAIL.value
+        return Status.FAIL.value if self.passed == 0 else "mixed"
 
     @property
     def text(self) -> str:
@@ -99,7 +99,7 @@ def overview_context(df: pd.DataFrame) -> dict[str, Any]:
             "skips": [vars(s) for s in ov.skips]}
 
 
-GLYPH = {"pass": "✅", "fail": "❌", "mixed": "◐", "xfail": "⚠️"}
+GLYPH = {Status.PASS.value: "✅", Status.FAIL.value: "❌", "mixed": "◐", Status.XFAIL.value: "⚠️"}
 
 
 def overview_markdown(df: pd.DataFrame) -> str:
