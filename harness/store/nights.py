@@ -12,8 +12,7 @@ latency samples (those stay workflow artifacts with their retention, linked by `
   name the torch, companion and runtime versions that changed between two nights;
 - ``records``: every record without its log, bundle, timing samples and per-shape details.
 
-Written gzip-compressed with a fixed header (no name or time in it), keys sorted, so that the same
-night always gives the same bytes.
+Written gzip-compressed with a fixed header (no name or time in it), keys sorted.
 """
 from __future__ import annotations
 
