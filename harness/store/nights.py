@@ -111,6 +111,17 @@ def installed_versions(meta: RunMeta) -> dict[str, dict[str, str]]:
     return out
 
 
+def valid_night(name: str) -> bool:
+    """``YYYY-MM-DD`` (a real date), optionally ``.N`` for a later run that day."""
+    if not NIGHT_NAME.match(name):
+        return False
+    try:
+        dt.date.fromisoformat(name.split(".")[0])
+    except ValueError:
+        return False
+    return True
+
+
 def night_path(nights: Path, name: str) -> Path:
     return Path(nights) / f"{name}{SUFFIX}"
 
@@ -137,7 +148,7 @@ def night_files(nights: Path) -> list[Path]:
     nights = Path(nights)
     if not nights.is_dir():
         return []
-    files = [p for p in nights.iterdir() if p.name.endswith(SUFFIX) and NIGHT_NAME.match(p.name[:-len(SUFFIX)])]
+    files = [p for p in nights.iterdir() if p.name.endswith(SUFFIX) and valid_night(p.name[:-len(SUFFIX)])]
     return sorted(files, key=lambda p: _order(p.name[:-len(SUFFIX)]))
 
 
@@ -172,7 +183,7 @@ def append_night(run_dir: Path, nights: Path, night: str | None = None, outcome:
 
     if outcome not in OUTCOMES:
         raise ConfigError(f"--outcome: expected one of {', '.join(OUTCOMES)} (got {outcome!r})")
-    if night is not None and not NIGHT_NAME.match(night):
+    if night is not None and not valid_night(night):
         raise ConfigError(f"--night: expected a date YYYY-MM-DD (got {night!r})")
     meta, records = load_run(run_dir)
     if not meta.finished:

@@ -45,6 +45,8 @@ def test_nights_are_append_only(tmp_path):
     assert first.read_bytes() == before
     with pytest.raises(ConfigError, match="already recorded"):
         append_night(RUNS / HOSTILE, tmp_path, first.name.split(".")[0])
+    with pytest.raises(ConfigError, match="--night: expected a date"):
+        append_night(RUNS / BOTH, tmp_path, "2026-13-01")
     with pytest.raises(ConfigError, match="--outcome"):
         append_night(RUNS / BOTH, tmp_path, "2026-11-09", outcome="green")
     unfinished = tmp_path / "run"
