@@ -330,7 +330,8 @@ def write_history_site(nights_dir: Path, site: Path, max_age_h: float = DEFAULT_
             prev = nights[i - 1]
             previous = (prev.meta(), records_frame(prev.to_records()))
         # No plots on night pages: rendering them costs more than the rest of the page.
-        html = render_run_html(site / "nights", records, night.meta(), previous, {}, "../index.html")
+        html = render_run_html(site / "nights", records, night.meta(), previous, {}, "../index.html",
+                               "every night")
         page.write_text(f"<!-- {STAMP} {stamp} -->\n" + html, encoding="utf-8", errors=ENCODE_ERRORS)
     last = [_change_dict(c) for c in changes(history, len(nights) - 2, len(nights) - 1)] \
         if len(nights) > 1 else None

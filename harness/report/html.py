@@ -197,7 +197,8 @@ def _asset(name: str) -> Markup:
 
 def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
                     previous: tuple[RunMeta, pd.DataFrame] | None = None,
-                    plot_svgs: dict[str, str | None] | None = None, index_href: str | None = None) -> str:
+                    plot_svgs: dict[str, str | None] | None = None, index_href: str | None = None,
+                    index_label: str = "all runs") -> str:
     df = records_frame(records).reset_index(names="idx")
     torches = sorted_torch(df["torch"])
     changes = status_changes(previous[1], df) if previous is not None else None
@@ -219,7 +220,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         drift=diagnosis.drift_rows(records), specialised=diagnosis.specialised_rows(records),
         reduced=diagnosis.reduced_rows(records),
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
-        started=_when(meta.started), index_href=index_href,
+        started=_when(meta.started), index_href=index_href, index_label=index_label,
         css=_asset("report.css"), js=_asset("matrix.js"))
 
 

@@ -78,4 +78,9 @@ def test_thirty_nights_load_filter_and_open_a_cells_history(browser, site, tmp_p
     page.wait_for_load_state()
     assert page.url.endswith(f"nights/{NIGHTS[11]}.html")
     assert page.locator("#overview-section").is_visible() and page.locator("#matrix tbody tr:visible").count() == 13
+    # The overview's count opens its rows: conv_bn on ort-cpu, torch 2.13.0, both exporters × 3 opsets.
+    grid = page.locator("td[data-ov-case=conv_bn][data-ov-runtime=ort-cpu]")
+    assert grid.count() == 1 and grid.inner_text() == "6/6"
+    grid.click()
+    assert page.locator("#matrix tbody tr:visible").count() == 6
     assert w.problems == [] and w.dialogs == [], (w.problems, w.dialogs)
