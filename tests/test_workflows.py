@@ -98,6 +98,8 @@ def test_nightly_fans_out_plan_shards_merge_pages():
     assert jobs["record"]["needs"] == "merge" and jobs["record"]["permissions"] == {"contents": "write"}
     assert "HEAD:results" in " ".join(s.get("run", "") for s in jobs["record"]["steps"])
     assert "python -m harness history check" in " ".join(s.get("run", "") for s in jobs["fresh"]["steps"])
+    assert jobs["failed"]["if"] == "${{ failure() }}" and jobs["fresh"]["needs"] == ["record", "failed"]
+    assert "history append --no-run --outcome failure" in " ".join(s.get("run", "") for s in jobs["failed"]["steps"])
     assert jobs["deploy"]["needs"] == "merge"
     assert jobs["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
     plan_run = " ".join(s.get("run", "") for s in jobs["plan"]["steps"])

@@ -180,12 +180,14 @@ def changes(history: History, old_i: int, new_i: int) -> list[Change]:
 
 
 def week_before(history: History) -> int | None:
-    """The index of the newest night at least 7 days before the newest one, else the oldest."""
-    if len(history.nights) < 2:
+    """The index of the newest night at least 7 days before the newest one, else the oldest
+    (among the nights that have a run)."""
+    ran = [i for i, n in enumerate(history.nights) if n.records]
+    if len(ran) < 2:
         return None
-    newest = history.nights[-1].date
-    older = [i for i, n in enumerate(history.nights[:-1]) if n.date <= newest - WEEK]
-    return older[-1] if older else 0
+    newest = history.nights[ran[-1]].date
+    older = [i for i in ran[:-1] if history.nights[i].date <= newest - WEEK]
+    return older[-1] if older else ran[0]
 
 
 @dataclass
@@ -196,6 +198,7 @@ class Freshness:
     max_age_h: float
     failed: list[dict[str, Any]]      # nights whose nightly did not succeed
     missing: list[str]                # dates between the first and the newest night without one
+    newest_ran: str | None = None     # the newest night with a run (its data's age is the age)
 
     @property
     def stale(self) -> bool:
@@ -212,12 +215,16 @@ class Freshness:
     def line(self) -> str:
         if self.newest is None:
             return "no night recorded yet"
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.newest_started or 0))
-        text = f"newest night {self.newest} (run started {when}, {self.age_h:.1f} h ago)"
-        if self.stale:
-            text += f": older than {self.max_age_h:g} h"
+        if self.newest_ran is None:
+            text = "no night with a run yet"
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.newest_started or 0))
+            text = f"newest night {self.newest_ran} (run started {when}, {self.age_h:.1f} h ago)"
+            if self.stale:
+                text += f": older than {self.max_age_h:g} h"
         if self.newest_failed:
-            text += f"; its nightly ended: {self.failed[-1]['outcome']}"
+            own = self.newest == self.newest_ran
+            text += f"; {'its' if own else 'the ' + self.newest} nightly ended: {self.failed[-1]['outcome']}"
         return text
 
 
@@ -233,9 +240,11 @@ def freshness(nights: list[Night], max_age_h: float = DEFAULT_MAX_AGE_H, now: fl
             if day not in have:
                 missing.append(day.isoformat())
             day += dt.timedelta(days=1)
-    newest = nights[-1] if nights else None
-    return Freshness(newest.night if newest else None, newest.started if newest else None,
-                     (now - newest.started) / 3600 if newest else None, max_age_h, failed, missing)
+    ran = [n for n in nights if n.records]
+    data = ran[-1] if ran else None
+    return Freshness(nights[-1].night if nights else None, data.started if data else None,
+                     (now - data.started) / 3600 if data else None, max_age_h, failed, missing,
+                     data.night if data else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,29 +329,34 @@ def write_history_site(nights_dir: Path, site: Path, max_age_h: float = DEFAULT_
     files = night_files(nights_dir)
     renderer = _renderer_digest()
     for i, night in enumerate(nights):
+        if not night.records:
+            continue   # a nightly that produced no run: listed, no page
         page = site / "nights" / f"{night.night}.html"
-        stamp = _page_stamp(renderer, files[i], files[i - 1] if i else None)
+        before = [f for f, n in zip(files[:i], nights[:i]) if n.records]
+        stamp = _page_stamp(renderer, files[i], before[-1] if before else None)
         if _stamp_of(page) == stamp:
             continue   # the same night, previous night and renderer: the page as it is
         records = night.to_records()
         previous = None
-        if i:
-            prev = nights[i - 1]
+        earlier = [n for n in nights[:i] if n.records]
+        if earlier:
+            prev = earlier[-1]
             previous = (prev.meta(), records_frame(prev.to_records()))
         # No plots on night pages: rendering them costs more than the rest of the page.
         html = render_run_html(site / "nights", records, night.meta(), previous, {}, "../index.html",
                                "every night")
         page.write_text(f"<!-- {STAMP} {stamp} -->\n" + html, encoding="utf-8", errors=ENCODE_ERRORS)
-    last = [_change_dict(c) for c in changes(history, len(nights) - 2, len(nights) - 1)] \
-        if len(nights) > 1 else None
+    ran = [i for i, n in enumerate(nights) if n.records]     # nights with a run to compare
+    last = [_change_dict(c) for c in changes(history, ran[-2], ran[-1])] if len(ran) > 1 else None
     week_i = week_before(history)
-    week = [_change_dict(c) for c in changes(history, week_i, len(nights) - 1)] if week_i is not None else None
+    week = [_change_dict(c) for c in changes(history, week_i, ran[-1])] if week_i is not None else None
     html = _env.get_template("history.html.j2").render(
         fresh=fresh, nights=list(reversed(nights)), updated=_when(time.time() if now is None else now),
         when=_when, since_last=last, since_week=week,
-        previous=nights[-2].night if len(nights) > 1 else None,
+        previous=nights[ran[-2]].night if len(ran) > 1 else None, newest_ran=nights[ran[-1]].night if ran else None,
         week_night=nights[week_i].night if week_i is not None else None,
         skipped=skipped_lines(history), counts=[count_by_status(n.to_records()) for n in reversed(nights)],
+        ran_index=len(nights) - 1 - ran[-1] if ran else None,
         data=script_json(page_data(history, fresh)), css=_asset("report.css") + _asset("history.css"),
         js=_asset("history.js"))
     index = site / "index.html"

@@ -166,6 +166,29 @@ def iter_nights(nights: Path) -> Iterator[Night]:
         yield read_night(p)
 
 
+def append_failed_night(nights: Path, outcome: str, url: str | None = None, night: str | None = None) -> Path:
+    """A nightly that produced no run (it failed before its merge): a night with no records, so
+    that the site names it among the nightlies that failed and ``history check`` fails on it."""
+    if outcome in ("success", "unknown") or outcome not in OUTCOMES:
+        raise ConfigError(f"--no-run: --outcome must say how the nightly failed (failure, cancelled, "
+                          f"skipped; got {outcome!r})")
+    if night is not None and not valid_night(night):
+        raise ConfigError(f"--night: expected a date YYYY-MM-DD (got {night!r})")
+    now = time.time()
+    name = night or night_of(now)
+    path, n = night_path(nights, name), 2
+    while path.exists():
+        if night is not None:
+            raise ConfigError(f"{path}: night {name} is already recorded; nights are append-only")
+        path, n = night_path(nights, f"{name}.{n}"), n + 1
+    data = Night(night=path.name[:-len(SUFFIX)], run_id="", started=now, recorded=now, outcome=outcome, url=url)
+    Path(nights).mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(_dumps(data))
+    os.replace(tmp, path)
+    return path
+
+
 def night_of(started: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(started))
 

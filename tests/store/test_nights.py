@@ -12,8 +12,8 @@ from helpers import BOTH, FIXTURES, HOSTILE
 
 from harness.core.record import read_records
 from harness.matrix.rules import ConfigError
-from harness.report.history import build_history, changes, freshness
-from harness.store.nights import append_night, read_night, read_nights
+from harness.report.history import build_history, changes, freshness, write_history_site
+from harness.store.nights import append_failed_night, append_night, read_night, read_nights
 
 RUNS = FIXTURES / "runs"
 
@@ -90,3 +90,25 @@ def test_freshness(tmp_path):
     ok = freshness(nights[:1], max_age_h=36, now=nights[0].started + 3600)
     assert ok.ok and "1.0 h ago" in ok.line()
     assert freshness(nights[:1], max_age_h=36, now=nights[0].started + 37 * 3600).stale
+
+
+def test_a_nightly_without_a_run_is_listed_as_failed_and_fails_the_check(tmp_path):
+    append_night(RUNS / BOTH, tmp_path, "2026-11-01", outcome="success")
+    append_night(RUNS / HOSTILE, tmp_path, "2026-11-02", outcome="success")
+    path = append_failed_night(tmp_path, "failure", "https://ci/run/3", "2026-11-03")
+    with pytest.raises(ConfigError, match="--outcome"):
+        append_failed_night(tmp_path, "success")
+    nights = read_nights(tmp_path)
+    assert nights[-1].night == "2026-11-03" and nights[-1].records == [] and path.exists()
+    fresh = freshness(nights, max_age_h=36, now=nights[1].started + 3600)
+    assert fresh.newest == "2026-11-03" and fresh.newest_ran == "2026-11-02" and not fresh.ok
+    assert "the 2026-11-03 nightly ended: failure" in fresh.line()
+    history = build_history(nights)
+    crash = next(c for c in history.cells if c.cell_id == "torch2.13.0-mha-dynamo-op18-ort-cpu")
+    assert crash.strip == "pc-" and crash.status == "crash" and crash.first_failed == "2026-11-02"
+    index = write_history_site(tmp_path, tmp_path / "site").read_text(encoding="utf-8")
+    assert "2026-11-03 <span class=\"muted\">(no run)</span>" in index and 'href="https://ci/run/3"' in index
+    assert not (tmp_path / "site" / "nights" / "2026-11-03.html").exists()
+    assert (tmp_path / "site" / "nights" / "2026-11-02.html").exists()
+    since_last = index.split('id="since-last"')[1].split("</section>")[0]
+    assert "2026-11-01 → 2026-11-02" in since_last and "crash" in since_last

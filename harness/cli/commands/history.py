@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outcome", default="unknown",
                    help="append: how the nightly ended (success, failure, cancelled, skipped, unknown)")
     p.add_argument("--url", default=None, help="append: the nightly's page (its logs and bundles)")
+    p.add_argument("--no-run", action="store_true",
+                   help="append: record a nightly that produced no run (with its --outcome, e.g. failure): "
+                   "the site names it among the nightlies that failed, check fails on it")
     p.add_argument("--site", type=Path, default=None, help="publish: output folder (default: reports/site)")
     p.add_argument("--max-age-hours", type=float, default=None, metavar="H",
                    help="publish, check: a night older than this is stale (default: 36)")
@@ -34,13 +37,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.report.history import DEFAULT_MAX_AGE_H, freshness, write_history_site
-    from harness.store.nights import append_night, read_nights
+    from harness.store.nights import append_failed_night, append_night, read_nights
     from harness.store.runs import resolve_run
 
     nights = args.nights or args.reports / "nights"
     max_age = DEFAULT_MAX_AGE_H if args.max_age_hours is None else args.max_age_hours
     if max_age <= 0:
         raise ConfigError(f"--max-age-hours: expected hours > 0 (got {args.max_age_hours:g})")
+    if args.action == "append" and args.no_run:
+        path = append_failed_night(nights, args.outcome, args.url, args.night)
+        print(f"night: {path} (no run: {args.outcome})")
+        return 0
     if args.action == "append":
         run_dir = resolve_run(args.run, args.reports)
         path, written = append_night(run_dir, nights, args.night, args.outcome, args.url)
