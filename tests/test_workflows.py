@@ -92,6 +92,14 @@ def test_nightly_fans_out_plan_shards_merge_pages():
                for s in jobs["shard"]["steps"])
     assert jobs["merge"]["needs"] == "shard"
     assert "python -m harness merge" in " ".join(s.get("run", "") for s in jobs["merge"]["steps"])
+    merge_runs = " ".join(s.get("run", "") for s in jobs["merge"]["steps"])
+    assert "python -m harness history append" in merge_runs and "python -m harness history publish" in merge_runs
+    assert any(s.get("with", {}).get("ref") == "results" for s in jobs["merge"]["steps"])
+    assert jobs["record"]["needs"] == "merge" and jobs["record"]["permissions"] == {"contents": "write"}
+    assert "HEAD:results" in " ".join(s.get("run", "") for s in jobs["record"]["steps"])
+    assert "python -m harness history check" in " ".join(s.get("run", "") for s in jobs["fresh"]["steps"])
+    assert jobs["failed"]["if"] == "${{ failure() }}" and jobs["fresh"]["needs"] == ["record", "failed"]
+    assert "history append --no-run --outcome failure" in " ".join(s.get("run", "") for s in jobs["failed"]["steps"])
     assert jobs["deploy"]["needs"] == "merge"
     assert jobs["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
     plan_run = " ".join(s.get("run", "") for s in jobs["plan"]["steps"])

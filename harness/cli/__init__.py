@@ -6,7 +6,7 @@ options shared by several in ``_options``, the one console in ``logger``. A subc
 is imported only when it is the one asked for (or for the whole parser, as the docs test builds
 it), and its heavy imports happen inside ``run``: ``--help`` loads neither scipy nor pandas.
 
-matrix, plan, merge, report, publish, gate, bisect, reduce, view, advise, images, base-image, bench,
+matrix, plan, merge, report, publish, history, gate, bisect, reduce, view, advise, images, base-image, bench,
 gpu-check, init; the nox sessions of the same names call these. Exit codes: 0 success; 1 a finding
 (gate regression, a failed image build, a broken GPU runtime, nothing to bisect); 2 bad input
 (a config, an argument, a store, an environment that cannot be installed); 3 an unexpected error
@@ -39,6 +39,7 @@ COMMANDS = {
     "merge": ("merge", "merge finished shard runs into one run"),
     "report": ("report", "re-render reports from stored results"),
     "publish": ("publish", "write a static site of every run (GitHub Pages ready)"),
+    "history": ("history", "keep every night: append a run to the history, publish its site, check it is current"),
     "gate": ("gate", "compare a candidate torch against a baseline; exit 1 on regression"),
     "bisect": ("bisect", "find the torch release where a cell's verdict changes"),
     "view": ("view", "open a cell's model.onnx (or reduced.onnx) in Netron"),

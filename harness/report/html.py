@@ -43,6 +43,7 @@ from harness.report.aggregate import (
 from harness.report.advise import advice_rows
 from harness.report.architectures import architectures_html
 from harness.report.markdown import render_markdown
+from harness.report.overview import overview_context
 from harness.store.runs import (
     cell_log_path,
     list_runs,
@@ -154,7 +155,8 @@ def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
                 "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9),
                 "party": _or_none(r["party"])})
         rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
-                     "runtime": key[4], "cells": cells})
+                     "runtime": key[4], "cells": cells,
+                     "skip_only": all(c is None or c["status"] == Status.SKIP for c in cells)})
     return rows
 
 
@@ -199,7 +201,8 @@ def _asset(name: str) -> Markup:
 
 def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
                     previous: tuple[RunMeta, pd.DataFrame] | None = None,
-                    plot_svgs: dict[str, str | None] | None = None, index_href: str | None = None) -> str:
+                    plot_svgs: dict[str, str | None] | None = None, index_href: str | None = None,
+                    index_label: str = "all runs") -> str:
     df = records_frame(records).reset_index(names="idx")
     torches = sorted_torch(df["torch"])
     changes = status_changes(previous[1], df) if previous is not None else None
@@ -208,6 +211,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     return _env.get_template("run.html.j2").render(
         meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        overview=overview_context(df),
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
         failures=failure_groups(df), blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
@@ -220,7 +224,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         drift=diagnosis.drift_rows(records), specialised=diagnosis.specialised_rows(records),
         reduced=diagnosis.reduced_rows(records), releases=floor_rows(records),
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
-        started=_when(meta.started), index_href=index_href,
+        started=_when(meta.started), index_href=index_href, index_label=index_label,
         load_note=load_note(records, meta), advice=advice_rows(records),
         css=_asset("report.css"), js=_asset("matrix.js"))
 

@@ -26,6 +26,7 @@ from harness.report.advise import advice_markdown
 from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
 from harness.report.floors import markdown_section as floors_section
+from harness.report.overview import ROW, overview_markdown, skip_only_rows
 from harness.report.text import md_code, md_text
 
 S = Status
@@ -53,6 +54,8 @@ def cell_text(row: pd.Series) -> str:
 def matrix_tables(df: pd.DataFrame) -> str:
     out = []
     torches = sorted(df["torch"].unique(), key=torch_sort_key)
+    only = skip_only_rows(df)
+    df = df[[not only.get(tuple(k), False) for k in df[ROW].itertuples(index=False)]]
     for runtime, sub in df.groupby("runtime", sort=True):
         sub = sub.assign(text=sub.apply(cell_text, axis=1),
                          row_label=sub["opset"].map(lambda o: f"{o}") +
@@ -160,7 +163,9 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     loaded = load_note(records, meta)
     head += f"**{md_text(loaded)}**\n\n" if loaded else ""
-    return (head + f"Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{matrix_tables(df)}\n\n"
+    folded = "Rows skipped on every torch are left out (see the overview's skip lines).\n\n" \
+        if skip_only_rows(df).any() else ""
+    return (head + f"{overview_markdown(df)}Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"
             f"{architectures_markdown(df)}{advice_markdown(records)}"
             f"## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
             f"{bumps_section(df)}{markdown_sections(records)}{floors_section(records)}{changes_section(df, previous)}"

@@ -355,7 +355,11 @@ def test_nightly_workflow_runs_every_shard_locally(tmp_path):
     merged = result["merge_dir"] / "reports" / "runs" / "nightly-local"
     run_harness("matrix", "--config", str(config), "--output", str(tmp_path / "whole"))
     assert _records(merged) == _records(tmp_path / "whole")
-    assert (result["merge_dir"] / "reports" / "site" / "index.html").exists()
-    assert (result["merge_dir"] / "reports" / "site" / "docs" / "matrix-file" / "index.html").exists()
+    # The night appended to the history (the results branch's nights/) and its site published.
+    (night,) = (result["merge_dir"] / "results" / "nights").glob("*.json.gz")
+    assert (result["merge_dir"] / "night" / night.name).exists()       # the record job's artifact
+    site = result["merge_dir"] / "reports" / "site"
+    assert f'href="nights/{night.name[:-len(".json.gz")]}.html"' in (site / "index.html").read_text()
+    assert (site / "docs" / "matrix-file" / "index.html").exists()
     # what the next night's plan job splits by: this night's durations
     assert read_costs(str(result["merge_dir"] / "previous"), tmp_path).cells.keys() == _records(merged).keys()

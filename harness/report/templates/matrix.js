@@ -55,6 +55,8 @@
       }
       if (ok && torch) ok = visible.length > 0;
       if (ok && q) ok = searchText(row).indexOf(q) >= 0;
+      // Rows skipped on every torch are folded into the overview's skip lines unless asked for.
+      if (ok && row.dataset.skiponly && f.status !== "skip" && !(form.elements.skips && form.elements.skips.checked)) ok = false;
       row.hidden = !ok;
       row.querySelectorAll("td[data-status]").forEach(function (td) {
         td.classList.toggle("dim", !!f.status && td.dataset.status !== f.status);
@@ -68,6 +70,18 @@
   form.addEventListener("change", applyFilters);
   form.addEventListener("reset", function () { setTimeout(applyFilters, 0); });
   form.addEventListener("submit", function (e) { e.preventDefault(); });
+
+  // ---- overview: a grid cell opens its case's rows in the matrix -------------------------------
+  document.querySelectorAll("td[data-ov-case]").forEach(function (td) {
+    td.addEventListener("click", function () {
+      [["case", td.dataset.ovCase], ["runtime", td.dataset.ovRuntime], ["torch", td.dataset.ovTorch || ""]].forEach(function (p) {
+        var sel = form.querySelector("select[data-axis=" + p[0] + "]");
+        if (sel) sel.value = p[1];
+      });
+      applyFilters();
+      document.getElementById("matrix-section").scrollIntoView();
+    });
+  });
 
   // ---- sorting ---------------------------------------------------------------------------------
   function sortKey(row, key, numeric) {
