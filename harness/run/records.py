@@ -34,7 +34,7 @@ def with_timing(verdict: Record, timing: Record) -> Record:
     verdict.notes += [n for n in timing.notes if n not in verdict.notes]
     if timing.status is not Status.PASS:
         verdict.status = timing.status if timing.status in (Status.CRASH, Status.TIMEOUT) else Status.FAIL
-        verdict.stage = Stage.LATENCY.value
+        verdict.stage = Stage.LATENCY
         verdict.error = timing.error
         verdict.bundle = timing.bundle or verdict.bundle
         verdict.repro = timing.repro or verdict.repro
