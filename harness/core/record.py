@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 from harness.core.cell import CellKey, ExportOptions
 from harness.core.status import STAGES, Stage, Status
@@ -178,6 +178,32 @@ class Blame:
         return next((r for r in self.evidence if r.get("rung") == name), None)
 
 
+class GraphFacts(TypedDict, total=False):
+    """``Record.graph``: facts of the exported file and of what was done with it, a JSON object
+    read by the report, drift, diagnosis, blame, the gate and the checks. The keys every module
+    may rely on are these; the object keeps any other key (written by other versions or later
+    stages) as it is, so a new fact extends it without a schema change."""
+
+    # the file (harness.run.export.graph_facts)
+    opset: int | None
+    opset_imports: dict[str, int]
+    ir_version: int
+    nodes: int
+    ops: dict[str, int]
+    bytes: int
+    io: dict[str, list[dict[str, Any]]]       # names, dtypes, shapes with symbolic dims
+    inputs: list[str]
+    outputs: list[str]
+    producer: str
+    # how it was made and checked
+    capture_strategy: str                      # dynamo: torch.export strict / non-strict / fallback
+    specialised: dict[str, Any]                # declared dynamic dims the export fixed
+    determinism: dict[str, Any]                # determinism: true, two fresh exports compared
+    optimum_validation: dict[str, Any]         # the optimum exporter's own validation
+    runtime_facts: dict[str, Any]              # what the runtime says of the run
+    reduced: dict[str, Any]                    # joined from reductions.jsonl on read
+
+
 @dataclass
 class Record:
     run_id: str
@@ -198,7 +224,7 @@ class Record:
     latency_ms: Latency = field(default_factory=Latency)
     versions: dict[str, Any] = field(default_factory=dict)
     duration_s: dict[str, float] = field(default_factory=dict)
-    graph: dict[str, Any] = field(default_factory=dict)
+    graph: GraphFacts = field(default_factory=dict)   # type: ignore[assignment]
     signature: str | None = None
     hint: str | None = None
     reason: str | None = None
