@@ -242,8 +242,14 @@ def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, kwar
         ds = shapes_like(inputs, kwargs, names, dims_by_name, model, mark) if dims_by_name else None
         return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
                                  dynamic_shapes=ds, **extra)
-    if not dims_by_name:
-        return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names, **extra)
+    import re
+
+    if not dims_by_name or tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups()) < (2, 8):
+        # Before 2.8 torch.onnx.export documents dynamic_axes for dynamo too: every input named,
+        # in order (torch 2.6 unflattens the converted shapes in dict order).
+        axes = {n: dims_by_name.get(n) for n in names} if dims_by_name else None
+        return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                                 dynamic_axes=axes, **extra)
     # dynamo=True takes dims as ``dynamic_shapes`` (torch.onnx.export's documentation: dynamic_axes
     # is deprecated there): one entry per input, shaped like it, each dim marked as the release
     # itself converts a dynamic_axes name (up to 2.6 Dim(letters of the name, max=99999), one per
