@@ -25,7 +25,6 @@ from harness.matrix.shards import (
     shard_identity,
     split_plan,
 )
-from harness.report import render_run
 
 # Stages done once per export group: every cell of the group carries the same time for them.
 GROUP_STAGES = (Stage.EXPORT.value, Stage.CHECK.value)
@@ -121,32 +120,23 @@ def run_matrix(req: MatrixRequest) -> Path:
     files, the output directory, every environment's resolution): a bad input exits 2 with
     nothing built. A shard run records in run.json which shard of which plan and split it is
     (``shard``), so ``harness merge`` can tell a missing, repeated or foreign shard."""
-    from harness.run.execute import execute
-    from harness.store.runs import read_run_meta
+    from harness.run.context import RunRequest
+    from harness.workflow import run_plan
 
     req = replace(req, config=shipped_matrix(req.config))
     check_output(req.output)
     shard = parse_shard(req.shard)
-    identity = None
+    extra = {}
     if shard is None:
         plan = plan_for(req)
     else:
         full, shards, costs = plan_shards(req, shard[1])
         plan = pick(shards, *shard).plan
-        identity = {**shard_identity(full, shards, shard[0]), "durations": costs.source}
+        extra["shard"] = {**shard_identity(full, shards, shard[0]), "durations": costs.source}
     check_installable(plan, req.config, req.provider)
-    run_dir = execute(plan.matrix, req.config, plan, req.output, req.reports, req.provider, req.resume,
-                      req.force_resume, jobs=req.jobs, fresh=req.fresh, verbose=req.verbose)
-    if identity is not None:
-        meta = read_run_meta(run_dir)
-        meta.extra["shard"] = identity
-        meta.write(run_dir)
-    if plan.matrix.reduce:
-        from harness.run.reduce import reduce_run
-
-        reduce_run(run_dir, timeout_s=plan.matrix.reduce_timeout_s, log=_console().print)
-    render_run(run_dir, req.reports)
-    return run_dir
+    return run_plan(RunRequest(plan.matrix, req.config, plan, req.reports, req.output, req.provider,
+                               req.resume, req.force_resume, jobs=req.jobs, fresh=req.fresh,
+                               verbose=req.verbose, meta_extra=extra), log=_console().print)
 
 
 # Durations of previous runs -------------------------------------------------------------------

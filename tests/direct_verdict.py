@@ -6,9 +6,10 @@ exported in a process forked for it alone. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
 
 Cases may return nested and keyword inputs (see harness/run/cases.py for the contract); this
-script reads them with its own few lines. Dynamic dims reach torch as a user migrating from
-TorchScript writes them: ``dynamic_axes`` keyed by input name, also with ``dynamo=True`` (torch
-converts them as its release does). The second shape is the case's ``second_inputs`` or the
+script reads them with its own few lines. Dynamic dims reach torch as its documentation asks:
+``dynamic_axes`` keyed by input name for TorchScript, ``dynamic_shapes`` shaped like the inputs
+for ``dynamo=True`` (where torch 2.13 calls ``dynamic_axes`` deprecated), each dim marked as the
+release itself converts a ``dynamic_axes`` name. The second shape is the case's ``second_inputs`` or the
 example grown by one in every dynamic dim, entries repeated in place (positions keep counting,
 lengths padded to the longest keep reaching the padded size); when eager refuses it, only the
 example shape is checked.
@@ -238,15 +239,62 @@ def export_plain(model, inputs, dims, exporter: str, opset: int, path: str, kwar
         named = {}
         mark = {"dynamic": lambda n: Dim.DYNAMIC, "auto": lambda n: Dim.AUTO,
                 "named": lambda n: named.setdefault(n, Dim(n))}[policy]
-        ds = tuple({d: mark(n) for d, n in dims_by_name[nm].items()} if nm in (dims_by_name or {}) else None
-                   for nm in names[:len(inputs)])
+        ds = shapes_like(inputs, kwargs, names, dims_by_name, model, mark) if dims_by_name else None
         return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
-                                 dynamic_shapes=ds if dims_by_name else None, **extra)
-    else:
-        # Every input named, in order (torch 2.6 unflattens the converted shapes in dict order).
+                                 dynamic_shapes=ds, **extra)
+    import re
+
+    if not dims_by_name or tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups()) < (2, 8):
+        # Before 2.8 torch.onnx.export documents dynamic_axes for dynamo too: every input named,
+        # in order (torch 2.6 unflattens the converted shapes in dict order).
         axes = {n: dims_by_name.get(n) for n in names} if dims_by_name else None
         return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
                                  dynamic_axes=axes, **extra)
+    # dynamo=True takes dims as ``dynamic_shapes`` (torch.onnx.export's documentation: dynamic_axes
+    # is deprecated there): one entry per input, shaped like it, each dim marked as the release
+    # itself converts a dynamic_axes name (up to 2.6 Dim(letters of the name, max=99999), one per
+    # name; 2.7 Dim.AUTO; 2.8 on Dim.DYNAMIC).
+    return torch.onnx.export(model, inputs, path, opset_version=opset, dynamo=True, input_names=names,
+                             dynamic_shapes=shapes_like(inputs, kwargs, names, dims_by_name, model, release_mark()),
+                             **extra)
+
+
+def release_mark():
+    """What torch.onnx.export(dynamo=True) makes of a dynamic_axes name in this release."""
+    import re
+
+    from torch.export import Dim
+
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
+    if (major, minor) >= (2, 8):
+        return lambda name: Dim.DYNAMIC
+    if (major, minor) == (2, 7):
+        return lambda name: Dim.AUTO
+    named = {}
+    return lambda name: named.setdefault(name, Dim(re.sub(r"[^A-Za-z_]", "", name), max=99999))
+
+
+def shapes_like(args, kwargs, names, dims_by_name, model, mark):
+    """``dynamic_shapes`` mirroring the inputs: {dim: mark} at each leaf named in ``dims_by_name``
+    (leaves named as ``leaves`` names them), None at every other leaf; a tuple over the
+    positional inputs, or, with keyword inputs, a dict by ``forward``'s parameter names."""
+    it = iter(names)
+
+    def mirror(x):
+        if isinstance(x, dict):
+            return {k: mirror(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(mirror(v) for v in x)
+        if isinstance(x, torch.Tensor):
+            name = next(it)
+            return {d: mark(n) for d, n in dims_by_name[name].items()} if name in dims_by_name else None
+        return None
+
+    tops = [mirror(a) for a in args]
+    if not kwargs:
+        return tuple(tops)
+    params = list(inspect.signature(model.forward).parameters)
+    return {**dict(zip(params, tops)), **{k: mirror(v) for k, v in kwargs.items()}}
 
 
 def fixed_dims(program, path: str, dims_by_name, names) -> dict:

@@ -85,15 +85,6 @@ def test_summary_of_a_finished_run():
     assert lines[-1].startswith("report: ") and lines[-1].endswith("matrix.md")
 
 
-class _Progress:
-    def __init__(self, terminal: bool) -> None:
-        self.buffer = io.StringIO()
-        self.console = Console(file=self.buffer, force_terminal=terminal, width=200)
-
-    def advance(self, task, n) -> None:
-        pass
-
-
 @pytest.mark.parametrize("terminal, verbose, shown", [
     (False, False, {"pass", "fail"}),          # CI logs: a line per cell, skips left out
     (True, False, {"fail"}),                   # a terminal: the progress bar counts the rest
@@ -104,16 +95,17 @@ def test_which_finished_cells_get_a_line(tmp_path, terminal, verbose, shown):
     from harness.core.record import Record
     from harness.core.status import Status
     from harness.run.annotate import Annotator
-    from harness.run.execute import Recorder
+    from harness.run.progress import RunProgress
+    from harness.run.recorder import Recorder
 
-    progress = _Progress(terminal)
-    recorder = Recorder(tmp_path / "results.jsonl", Annotator([]), progress, None, hold_passes=False,
-                        verbose=verbose)
+    buffer = io.StringIO()
+    progress = RunProgress(3, verbose, Console(file=buffer, force_terminal=terminal, width=200))
+    recorder = Recorder(tmp_path / "results.jsonl", Annotator([]), progress, hold_passes=False)
     for status in ("pass", "fail", "skip"):
         recorder.verdict(Record(run_id="r", case=status, torch="2.13.0", exporter="dynamo", opset=18,
                                 runtime="ort-cpu", status=Status(status), cell_id=f"cell-{status}",
                                 stage="export" if status == "fail" else None,
                                 error="boom" if status == "fail" else None))
-    printed = {s for s in ("pass", "fail", "skip") if f"cell-{s}" in progress.buffer.getvalue()}
+    printed = {s for s in ("pass", "fail", "skip") if f"cell-{s}" in buffer.getvalue()}
     assert printed == shown
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 3   # every cell is recorded

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None, workspace: Path | None = None, prog: str
         error(str(exc))
         return BAD_INPUT
     except KeyboardInterrupt as exc:
-        # A run interrupted by SIGTERM/SIGINT/SIGHUP (harness.run.execute.RunInterrupted) has
+        # A run interrupted by SIGTERM/SIGINT/SIGHUP (harness.run.signals.RunInterrupted) has
         # stopped its workers and stays resumable; the exit code is the shell's for that signal.
         error("interrupted")
         return BAD_INPUT if gate else 128 + getattr(exc, "signum", INTERRUPTED - 128)

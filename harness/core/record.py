@@ -25,10 +25,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 from harness.core.cell import CellKey, ExportOptions
-from harness.core.status import Status
+from harness.core.status import STAGES, Stage, Status
 from harness.core.text import ENCODE_ERRORS, safe_text
 
 SCHEMA_VERSION = 1
@@ -185,6 +185,32 @@ class Blame:
         return next((r for r in self.evidence if r.get("rung") == name), None)
 
 
+class GraphFacts(TypedDict, total=False):
+    """``Record.graph``: facts of the exported file and of what was done with it, a JSON object
+    read by the report, drift, diagnosis, blame, the gate and the checks. The keys every module
+    may rely on are these; the object keeps any other key (written by other versions or later
+    stages) as it is, so a new fact extends it without a schema change."""
+
+    # the file (harness.run.export.graph_facts)
+    opset: int | None
+    opset_imports: dict[str, int]
+    ir_version: int
+    nodes: int
+    ops: dict[str, int]
+    bytes: int
+    io: dict[str, list[dict[str, Any]]]       # names, dtypes, shapes with symbolic dims
+    inputs: list[str]
+    outputs: list[str]
+    producer: str
+    # how it was made and checked
+    capture_strategy: str                      # dynamo: torch.export strict / non-strict / fallback
+    specialised: dict[str, Any]                # declared dynamic dims the export fixed
+    determinism: dict[str, Any]                # determinism: true, two fresh exports compared
+    optimum_validation: dict[str, Any]         # the optimum exporter's own validation
+    runtime_facts: dict[str, Any]              # what the runtime says of the run
+    reduced: dict[str, Any]                    # joined from reductions.jsonl on read
+
+
 @dataclass
 class Record:
     run_id: str
@@ -194,7 +220,7 @@ class Record:
     opset: int
     runtime: str
     status: Status
-    stage: str | None = None
+    stage: Stage | None = None     # the first stage that failed (a str enum, stored as its value)
     error: str | None = None
     schema: int = SCHEMA_VERSION
     cell_id: str = ""
@@ -205,7 +231,7 @@ class Record:
     latency_ms: Latency = field(default_factory=Latency)
     versions: dict[str, Any] = field(default_factory=dict)
     duration_s: dict[str, float] = field(default_factory=dict)
-    graph: dict[str, Any] = field(default_factory=dict)
+    graph: GraphFacts = field(default_factory=dict)   # type: ignore[assignment]
     signature: str | None = None
     hint: str | None = None
     reason: str | None = None
@@ -232,6 +258,7 @@ class Record:
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        self.stage = Stage(self.stage) if self.stage is not None else None
         # A case's texts are data: a lone surrogate (os.fsdecode of a non-UTF-8 name) becomes
         # its escape here, so that every hash, file and page made from a record can encode it.
         for name in _TEXT_FIELDS:
@@ -259,6 +286,7 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["status"] = self.status.value
+        out["stage"] = None if self.stage is None else Stage(self.stage).value
         out["parity"] = self.parity.to_dict()
         out["latency_ms"] = self.latency_ms.to_dict()
         if self.blame is None:
@@ -294,7 +322,7 @@ class Record:
         return CellKey(self.case, self.exporter, int(self.opset), self.runtime, self.export_options)
 
 
-_TEXT_FIELDS = ("run_id", "case", "torch", "exporter", "runtime", "stage", "error", "cell_id", "env",
+_TEXT_FIELDS = ("run_id", "case", "torch", "exporter", "runtime", "error", "cell_id", "env",
                 "signature", "hint", "reason", "log", "bundle", "repro", "cache_key", "cached_from")
 
 
@@ -315,13 +343,14 @@ def _is_number(value: Any) -> bool:
 # Field → (check, expectation); None is allowed where the expectation says so.
 _STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 _OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or null")
+_OPT_STAGE = (lambda v: v is None or v in STAGES, f"one of {', '.join(STAGES)} or null")
 _OPT_INT = (lambda v: v is None or _is_int(v), "an integer or null")
 _OPT_NUM = (lambda v: v is None or _is_number(v), "a number or null")
 _OPT_OBJ = (lambda v: v is None or isinstance(v, dict), "an object or null")
 _REQUIRED = {"run_id": _STR, "case": _STR, "torch": _STR, "exporter": _STR,
              "opset": (_is_int, "an integer"), "runtime": _STR}
 _OPTIONAL = {
-    "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STR, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
+    "cell_id": _OPT_STR, "env": _OPT_STR, "stage": _OPT_STAGE, "error": _OPT_STR, "signature": _OPT_STR, "hint": _OPT_STR,
     "reason": _OPT_STR, "log": _OPT_STR, "bundle": _OPT_STR, "repro": _OPT_STR,
     "cache_key": _OPT_STR, "cached_from": _OPT_STR,
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM, "wall_s": _OPT_NUM, "cpu_s": _OPT_NUM,

@@ -1,7 +1,8 @@
 """run.json: a run's metadata (``RunMeta``): identity, times, host, matrix, environments.
 
 Keys are those of schema v1; unknown keys (written by other versions) are kept in ``extra``
-and written back unchanged.
+and written back unchanged. A finished run's run.json is immutable: ``RunMeta.write`` over it
+raises ``FinishedRun`` (everything a run records is known before it finishes).
 """
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def _loadavg() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+class FinishedRun(RuntimeError):
+    """run.json of a finished run was about to be written again."""
 
 
 @dataclass
@@ -72,8 +77,18 @@ class RunMeta:
         return {**out, **self.extra}
 
     def write(self, run_dir: Path) -> None:
-        """Atomically replace run_dir/run.json."""
+        """Atomically replace run_dir/run.json, unless that holds a finished run (``FinishedRun``)."""
         path = Path(run_dir) / "run.json"
+        if _finished_on_disk(path):
+            raise FinishedRun(f"{path}: the run {self.run_id} is finished; its run.json is immutable")
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str))
         os.replace(tmp, path)
+
+
+def _finished_on_disk(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("finished") is True

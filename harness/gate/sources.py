@@ -131,11 +131,10 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
 def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
               provider: str, current: dict[str, Any]) -> Path:
     """Run a (pruned) plan through the normal executor, then record the code that produced it."""
-    from harness.report import render_run
-    from harness.run.execute import execute
+    from harness.run.context import RunRequest
+    from harness.workflow import run_plan
 
-    run_dir = execute(matrix, config_path, plan, output, reports, provider)
-    render_run(run_dir, reports)
+    run_dir = run_plan(RunRequest(matrix, config_path, plan, reports, output, provider))
     write_json_atomic(Path(run_dir) / FINGERPRINT_FILE, current)
     return Path(run_dir)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from harness.core.record import Record
+from harness.core.record import GraphFacts, Record
 
 # A file whose size moves by less than this share changed only in metadata (producer version…).
 SIZE_TOLERANCE = 0.05
@@ -109,11 +109,11 @@ def _size(n: Any) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} kB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MB"
 
 
-def has_facts(graph: dict[str, Any] | None) -> bool:
+def has_facts(graph: "GraphFacts | None") -> bool:
     return bool(graph) and isinstance(graph.get("io"), dict)
 
 
-def graph_drift(before: dict[str, Any] | None, after: dict[str, Any] | None,
+def graph_drift(before: "GraphFacts | None", after: "GraphFacts | None",
                 before_torch: str = "", after_torch: str = "") -> GraphDrift | None:
     """The drift between two records' graph facts; None unless both carry the io facts."""
     if not (has_facts(before) and has_facts(after)):

@@ -293,12 +293,9 @@ def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, referen
         adapter = load_adapter(cell.runtime_name)(ctx.onnx_path, threads=ctx.job.threads, precision=precision,
                                                   options=cell.runtime_options)
         adapter.prepare([{n: tuple(v.shape) for n, v in f.items()} for f in feeds])
-        adapter.activate()
-        try:
+        with adapter:
             names = adapter.input_names()
             return [[__import__("numpy").asarray(o) for o in adapter.infer(_match_feeds(f, names))] for f in feeds]
-        finally:
-            adapter.deactivate()
 
     return _judge(name, run_shapes, references, atol, rtol)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.cell import EXPORTERS
+from harness.core.record import GraphFacts
 from harness.run.cases import CaseSpec
 from harness.run.dims import DimPolicyUnavailable, io_facts
 from harness.run.inputs import CaseInputs, Dims, Key, dims_by_name, signature_of
@@ -269,7 +270,7 @@ def check_model(path: Path) -> None:
     onnx.checker.check_model(str(path), full_check=True)
 
 
-def graph_facts(path: Path) -> dict[str, Any]:
+def graph_facts(path: Path) -> GraphFacts:
     """Facts about an exported graph that a later report can diff across upgrades."""
     import onnx
 

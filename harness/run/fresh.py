@@ -22,6 +22,7 @@ Standard library only (the worker runs this inside every environment).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -85,6 +86,15 @@ def prepare_exporter() -> bool:
     return True
 
 
+def freeze() -> None:
+    """Move every object of this process to the garbage collector's permanent generation
+    (``gc.freeze``) before a fork: the child's collections then skip the parent's objects instead
+    of walking (and writing the headers of) all of them, which copied most of the warm parent's
+    pages into each child (copy-on-write) and cost a group's process about a quarter of its time
+    on a small group. The parent's own garbage stays uncollected; it runs nothing between forks."""
+    gc.freeze()
+
+
 def thread_count() -> int:
     """Threads of this process (Linux; 1 elsewhere)."""
     try:
@@ -145,6 +155,7 @@ def per_group(groups: Iterable[T], on_child: Callable[[], None] = lambda: None) 
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     for group in groups:
         _flush()
+        freeze()
         done_r, done_w = os.pipe()
         FORKING = True
         try:
@@ -189,6 +200,7 @@ def in_fresh_copy(fn: Callable[[], bool]) -> int:
     returned True). The copy sends no events (the worker's ``leave_if_forked`` ends it if it tries)."""
     global FORKING
     _flush()
+    freeze()
     FORKING = True
     try:
         pid = os.fork()

@@ -39,7 +39,7 @@ class StageFailure(Exception):
 
     def __init__(self, stage: Stage, exc: BaseException, status: Status = Status.FAIL) -> None:
         super().__init__(f"{stage.value}: {exc}")
-        self.stage, self.exc, self.status = stage.value, exc, status
+        self.stage, self.exc, self.status = Stage(stage), exc, status
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -474,7 +474,7 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> 
             rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = Status.FAIL
-        rec.stage = Stage.LATENCY.value
+        rec.stage = Stage.LATENCY
         rec.error = short_error(failure.exc)
     finally:
         if adapter is not None:

@@ -40,21 +40,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import secrets
 import select
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import Any, Callable, Iterable
-
-import psutil
+from typing import Any, Callable
 
 from harness.core.events import (
     EVENT_TYPES,
@@ -66,309 +61,32 @@ from harness.core.events import (
     RecordDone,
     StageStart,
     Want,
+    WorkerEvent,
     event_from_dict,
 )
-from harness.core.job import ExportGroup, Job
+from harness.core.job import ExportGroup
 from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
-from harness.envs.provider import EnvironmentBuildError, Provider
-from harness.matrix.plan import Cell, EnvPlan, Plan
-from harness.run.worker import (
-    LOG_MAX_ENV,
-    RELAY_ENV,
-    RUNNER_PID_ENV,
-    cut_notice,
-    log_marker,
-)
+from harness.envs.provider import EnvironmentBuildError
+from harness.matrix.plan import Cell, EnvPlan
+from harness.run.context import RunContext
+from harness.run.logcap import LOG_MAX_ENV, RELAY_ENV, LogRelay
+from harness.run.processes import TOKEN_ENV, kill_session, reap, tree_cpu, tree_rss
+from harness.run.records import planned_record
+from harness.run.timeouts import Death, Progress
+from harness.run.workqueue import EnvWork
+from harness.run.worker import RUNNER_PID_ENV
 
 MAX_DEATHS_PER_CELL = 2      # a cell that kills this many workers is recorded as `crash`
-TOKEN_ENV = "HARNESS_WORKER_TOKEN"
 MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is read
 BYE_GRACE_S = 10.0           # a worker that said bye but does not exit (a case's thread) is killed
 DRAIN_S = 2.0                # how long output of dead processes is read after the worker ended
 MIB = 2 ** 20
-TIMEOUT_WALL_FACTOR = 4.0    # no cell runs past this many times cell_timeout_s of wall time
-IDLE_WINDOW_S = 10.0         # a tree that got under IDLE_CPU_SHARE of a CPU over this long is idle
-IDLE_CPU_SHARE = 0.02
-CPU_POLL_S = 1.0
 _WORKER_SEQ = count(1)       # job file names: unique per runner, also with workers in parallel
 
 
 class Stopped(Exception):
     """The runner is stopping (a signal): the worker was killed, nothing is recorded for it."""
-
-
-GROUP_ORDER_ENV = "HARNESS_GROUP_ORDER"   # tests: "reverse" or "shuffle:SEED" (plan order if unset)
-
-
-def group_order(groups: Iterable[ExportGroup]) -> list[ExportGroup]:
-    """The order an environment's groups are handed out in: the plan's, or, to show that no
-    verdict depends on it, reversed or shuffled (``HARNESS_GROUP_ORDER``)."""
-    out = list(groups)
-    order = os.environ.get(GROUP_ORDER_ENV, "")
-    if order == "reverse":
-        out.reverse()
-    elif order.startswith("shuffle:"):
-        random.Random(order.split(":", 1)[1]).shuffle(out)
-    return out
-
-
-class EnvWork:
-    """An environment's export groups still to run, shared by every supervisor (slot) that runs
-    them, and each cell's worker deaths (a cell retried by another slot keeps its count)."""
-
-    def __init__(self, env_plan: EnvPlan, groups: Iterable[ExportGroup] = ()) -> None:
-        self.env_plan = env_plan
-        self.queue: deque[ExportGroup] = deque(group_order(groups))
-        self.deaths: dict[str, list[str]] = {}
-        self.early_ends = 0           # workers of this environment that ended early
-        self.failed: Exception | None = None
-        self.lock = threading.RLock()
-
-    def take(self) -> ExportGroup | None:
-        with self.lock:
-            return self.queue.popleft() if self.queue and self.failed is None else None
-
-    def take_all(self) -> list[ExportGroup]:
-        with self.lock:
-            out, self.queue = (list(self.queue), deque()) if self.failed is None else ([], self.queue)
-            return out
-
-    def give_back(self, groups: list[ExportGroup]) -> None:
-        """Unfinished groups go first: the next free worker retries them."""
-        with self.lock:
-            self.queue.extendleft(reversed(groups))
-
-    def drain(self) -> list[ExportGroup]:
-        with self.lock:
-            out, self.queue = list(self.queue), deque()
-            return out
-
-    def __len__(self) -> int:
-        with self.lock:
-            return len(self.queue)
-
-
-def planned_record(run_id: str, cell: Cell, env: str, status: Status, **kw: Any) -> Record:
-    """A record the runner writes itself (skip, crash, timeout, environment failure)."""
-    return Record.for_cell(run_id, cell.key, cell.torch, env, status, **kw)
-
-
-class CappedLog:
-    """One log file written with a cap: the first half of ``max_bytes`` goes to the file as it
-    comes, the last half is kept in memory (whole chunks, trimmed on close); what falls between is
-    counted and replaced by one line saying how much was cut. A file that already exists (a group
-    retried in a fresh worker) counts towards the head."""
-
-    def __init__(self, path: Path, max_bytes: int | None) -> None:
-        self.path, self.max_bytes = path, max_bytes
-        self.fh = open(path, "ab")
-        half = (max_bytes or 0) // 2
-        self.head_left = None if not max_bytes else max(0, half - self.fh.tell())
-        self.tail_max = 0 if not max_bytes else max_bytes - half
-        self.tail: deque[bytes] = deque()
-        self.tail_len = 0
-        self.cut = 0
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if self.head_left is None:
-            self.fh.write(data)
-            return
-        if self.head_left:
-            n = min(self.head_left, len(data))
-            self.fh.write(data[:n])
-            self.head_left -= n
-            data = data[n:]
-        if data:
-            self.tail.append(data)
-            self.tail_len += len(data)
-            while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_max:
-                dropped = self.tail.popleft()
-                self.tail_len -= len(dropped)
-                self.cut += len(dropped)
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-    def close(self) -> None:
-        if self.fh.closed:
-            return
-        data = b"".join(self.tail)
-        if len(data) > self.tail_max:
-            self.cut += len(data) - self.tail_max
-            data = data[len(data) - self.tail_max:]
-        if self.cut:
-            self.fh.write(cut_notice(self.cut, self.max_bytes or 0))
-        self.fh.write(data)
-        self.fh.close()
-
-
-class LogRelay:
-    """Writes the worker's output stream into capped logs: the worker log, or the log of the group
-    named by the last marker line (``harness.run.worker.log_marker``) in the stream."""
-
-    def __init__(self, worker_log: Path, log_dir: Path, max_bytes: int | None, nonce: str,
-                 known_groups: set[str], on_group_closed: Callable[[str], None]) -> None:
-        self.log_dir, self.max_bytes = log_dir, max_bytes
-        self.prefix = log_marker(nonce, "")[:-1]          # the marker up to the group id
-        self.known = known_groups
-        self.on_group_closed = on_group_closed
-        self.worker = CappedLog(worker_log, max_bytes)
-        self.current = self.worker
-        self.groups: dict[str, CappedLog] = {}
-        self.closed: set[str] = set()
-        self.pending = b""
-
-    def feed(self, data: bytes) -> None:
-        buf = self.pending + data
-        while (i := buf.find(self.prefix)) >= 0:
-            j = buf.find(b"\n", i)
-            if j < 0 and len(buf) - i < 512:
-                break                      # the rest of the marker line is still in the pipe
-            self.current.write(buf[:i])
-            if j < 0:                      # not a marker after all: keep the bytes
-                self.current.write(buf[i:i + 1])
-                buf = buf[i + 1:]
-                continue
-            self._switch(buf[i + len(self.prefix):j].decode(errors="replace"))
-            buf = buf[j + 1:]
-        i = buf.find(self.prefix)
-        keep = len(buf) - i if i >= 0 else self._partial(buf)
-        self.current.write(buf[:len(buf) - keep])
-        self.pending = buf[len(buf) - keep:]
-        self.current.flush()
-
-    def _partial(self, buf: bytes) -> int:
-        """Length of the longest end of ``buf`` that begins a marker."""
-        for k in range(min(len(self.prefix) - 1, len(buf)), 0, -1):
-            if buf.endswith(self.prefix[:k]):
-                return k
-        return 0
-
-    def _switch(self, gid: str) -> None:
-        if gid not in self.known or gid in self.closed:
-            self.current = self.worker     # the worker's own output, or an unknown/forged name
-            return
-        for other in [g for g in self.groups if g != gid]:
-            self._close_group(other)       # groups run one after the other: that one is over
-        if gid not in self.groups:
-            self.groups[gid] = CappedLog(self.log_dir / f"{gid}.log", self.max_bytes)
-        self.current = self.groups[gid]
-
-    def _close_group(self, gid: str) -> None:
-        self.groups.pop(gid).close()
-        self.closed.add(gid)
-        if self.current not in self.groups.values():
-            self.current = self.worker
-        self.on_group_closed(gid)
-
-    def close(self) -> None:
-        self.current.write(self.pending)
-        self.pending = b""
-        for gid in list(self.groups):
-            self._close_group(gid)
-        self.worker.close()
-
-
-@dataclass
-class Death:
-    """Why a worker ended early, and whether that settles the cell at once."""
-
-    status: Status
-    why: str
-    final: bool = False           # timeouts and memory-limit kills are not retried
-    wall_s: float | None = None   # a timeout: the wall and CPU time since the last progress
-    cpu_s: float | None = None
-
-
-def tree_cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) of a process, its descendants and the children it reaped
-    (a group's finished process); None once it is gone."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-    return total
-
-
-class Progress:
-    """The timeout rule: a cell's budget is ``timeout_s`` since its last progress (an event), in
-    CPU seconds of its process tree when the tree is measured (``measure``), so that load on the
-    machine does not decide the verdict; a tree that got (almost) no CPU over ``IDLE_WINDOW_S`` is
-    hung and ends at ``timeout_s`` of wall time; nothing runs past ``TIMEOUT_WALL_FACTOR`` times
-    ``timeout_s``. Unmeasured (a container's processes are Docker's): wall time alone."""
-
-    def __init__(self, timeout_s: float, measure: Callable[[], float | None] | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.timeout_s, self.measure, self.clock = timeout_s, measure, clock
-        self.samples: deque[tuple[float, float]] = deque()
-        self.extra_s = 0.0
-        self.reset()
-
-    def reset(self, extra_s: float = 0.0) -> None:
-        """Progress now; ``extra_s`` more budget until the next (the worker's imports)."""
-        self.extra_s = extra_s
-        self.start = self.clock()
-        self.samples.clear()
-        self.cpu0 = self._sample(self.start)
-        self.next_sample = self.start + CPU_POLL_S
-
-    def _sample(self, now: float) -> float | None:
-        cpu = self.measure() if self.measure is not None else None
-        if cpu is not None:
-            self.samples.append((now, cpu))
-            while len(self.samples) > 2 and self.samples[1][0] <= now - IDLE_WINDOW_S:
-                self.samples.popleft()
-        return cpu
-
-    def times(self) -> tuple[float, float | None]:
-        """Wall and CPU seconds since the last progress."""
-        now = self.clock()
-        cpu = self.samples[-1][1] if self.samples else None
-        return now - self.start, (cpu - self.cpu0 if cpu is not None and self.cpu0 is not None else None)
-
-    def poll(self) -> Death | None:
-        """A ``timeout`` death once the budget is spent; None while the cell may go on."""
-        now = self.clock()
-        if now >= self.next_sample:
-            self.next_sample = now + CPU_POLL_S
-            self._sample(now)
-        budget = self.timeout_s + self.extra_s
-        wall, cpu = self.times()
-        if wall < budget:
-            return None
-        if cpu is None:
-            why = f"Timeout: no progress within {self.timeout_s:g} s"
-        elif cpu >= budget:
-            why = (f"Timeout: no progress within {self.timeout_s:g} s of CPU time ({cpu:.0f} s CPU "
-                   f"in {wall:.0f} s)")
-        elif wall >= budget * TIMEOUT_WALL_FACTOR:
-            why = (f"Timeout: no progress within {wall:.0f} s ({TIMEOUT_WALL_FACTOR:g} x "
-                   f"cell_timeout_s={self.timeout_s:g}; {cpu:.0f} s CPU)")
-        elif self._idle(now):
-            why = (f"Timeout: no progress within {self.timeout_s:g} s, its processes idle "
-                   f"({cpu:.1f} s CPU in {wall:.0f} s)")
-        else:
-            return None       # starved, not hung: it gets its budget in CPU seconds
-        return Death(Status.TIMEOUT, why, final=True, wall_s=round(wall, 3),
-                     cpu_s=None if cpu is None else round(cpu, 3))
-
-    def _idle(self, now: float) -> bool:
-        window = min(IDLE_WINDOW_S, self.timeout_s)
-        old = [s for s in self.samples if s[0] <= now - window]
-        if not old:
-            return False      # not watched long enough to tell
-        t0, c0 = old[-1]
-        t1, c1 = self.samples[-1]
-        return t1 > t0 and (c1 - c0) / (t1 - t0) < IDLE_CPU_SHARE
 
 
 @dataclass
@@ -393,29 +111,28 @@ class AttemptState:
 class WorkerSupervisor:
     """Runs one environment's groups in a worker process, restarting it after a crash or hang."""
 
-    def __init__(self, provider: Provider, env_plan: EnvPlan, job: Job, cell_timeout_s: float,
-                 on_record: Callable[[Record], None],
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
-                 memory_limit_mb: int | None = None, log_max_mb: float | None = None,
-                 work: EnvWork | None = None, stop: threading.Event | None = None,
-                 worker_log: str | None = None) -> None:
-        """``job`` carries everything but the groups, which the supervisor fills per attempt;
-        ``work`` is the environment's shared queue (``run_shared``); ``stop`` ends the worker
-        and raises ``Stopped``; ``worker_log`` names the log of the worker's own output."""
-        self.provider, self.env_plan, self.job = provider, env_plan, job
-        self.run_id, self.run_dir = job.run_id, Path(job.run_dir)
-        self.cell_timeout_s = cell_timeout_s
+    def __init__(self, ctx: RunContext, env_plan: EnvPlan, on_record: Callable[[Record], None],
+                 on_event: Callable[[WorkerEvent], None] | None = None, work: EnvWork | None = None,
+                 worker_log: str | None = None, phase: str | None = None) -> None:
+        """``ctx`` the run (its job, provider, limits, stop signal); the job's environment and
+        ``phase`` are this supervisor's, its groups filled per attempt; ``work`` is the
+        environment's shared queue (``run_shared``); ``worker_log`` names the log of the worker's
+        own output. ``ctx.stop`` ends the worker and raises ``Stopped``."""
+        self.ctx, self.provider, self.env_plan = ctx, ctx.provider, env_plan
+        self.job = ctx.job.replace(env=env_plan.env.name, **({"phase": phase} if phase else {}))
+        self.run_id, self.run_dir = self.job.run_id, Path(self.job.run_dir)
+        self.cell_timeout_s = ctx.limits.cell_timeout_s
         self.on_record = on_record
         self.on_event = on_event or (lambda e: None)
         self.cells = {c.cell_id: c for c in env_plan.cells}
-        self.memory_limit_mb = memory_limit_mb or None
-        self.log_max_bytes = int(log_max_mb * MIB) if log_max_mb else None
+        self.memory_limit_mb = ctx.limits.memory_mb or None
+        self.log_max_bytes = ctx.limits.log_max_bytes
         # A venv worker is a process tree of ours; a container's processes are Docker's (removed
         # with the container), and its worker writes group logs itself (capped in the worker).
-        self.owns_tree = getattr(provider, "name", "") == "venv"
+        self.owns_tree = getattr(self.provider, "name", "") == "venv"
         self.work = work or EnvWork(env_plan)
         self.deaths = self.work.deaths
-        self.stop = stop
+        self.stop = ctx.stop
         self.worker_log = worker_log or f"worker-{env_plan.env.name}.log"
 
     def run(self, cells: list[Cell]) -> int:
@@ -604,8 +321,7 @@ class WorkerSupervisor:
         if not isinstance(data, dict):
             return f"worker sent an unreadable event ({line[:80]!r})"
         if data.get("event") not in EVENT_TYPES:
-            self.on_event(data)       # a kind this runner does not know: passed on, never counted
-            return None
+            return None               # a kind this runner does not know: never counted
         try:
             event = event_from_dict(data)
         except EventError as exc:
@@ -653,7 +369,7 @@ class WorkerSupervisor:
             self._hand_out(state)
         elif isinstance(event, Bye):
             state.bye = True
-        self.on_event(data)
+        self.on_event(event)
         return None
 
     def _hand_out(self, state: AttemptState) -> None:
@@ -689,8 +405,7 @@ class WorkerSupervisor:
         if proc.poll() is None and state.bye:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=BYE_GRACE_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)   # its session: the worker and what stayed in it
+        kill_session(proc.pid)   # its session: the worker and what stayed in it
         proc.wait()
         if self.owns_tree:
             reap(proc.pid, token)
@@ -760,62 +475,3 @@ def exit_reason(proc: subprocess.Popen) -> str:
     return (f"worker exited with code {code} before its last event (did the case call sys.exit() "
             "or os._exit()?)")
 
-
-def tree_rss(pid: int) -> int:
-    """Resident memory of a process and its descendants, in bytes (0 once it is gone). Each
-    process counts its proportional share of pages it shares (PSS): a group's process forked
-    from the warm worker shares the worker's imported torch, which counts once, not twice."""
-    total = 0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            try:
-                total += p.memory_full_info().pss
-            except (AttributeError, psutil.AccessDenied):
-                total += p.memory_info().rss
-    return total
-
-
-def reap(worker_pid: int, token: str, keep: set[int] = frozenset()) -> list[int]:
-    """Kill every process of the worker's tree and every process carrying its token, but those in
-    ``keep``; returns their pids. The token finds processes that left the tree (re-parented to
-    init by a double fork, or in a session of their own)."""
-    found: dict[int, psutil.Process] = {}
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(worker_pid).children(recursive=True):
-            found[child.pid] = child
-    me = os.getpid()
-    for proc in psutil.process_iter(["environ"]):
-        environ = proc.info.get("environ") or {}
-        if proc.pid != me and proc.pid not in found and environ.get(TOKEN_ENV) == token:
-            found[proc.pid] = proc
-    victims = []
-    for pid, proc in found.items():
-        if pid in keep or pid == me:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            proc.kill()
-            victims.append(proc)
-    psutil.wait_procs(victims, timeout=2)
-    return [p.pid for p in victims]
-
-
-def environment_failure_records(run_id: str, env_plan: EnvPlan, cells: list[Cell], exc: Exception) -> list[Record]:
-    msg = str(exc).strip().splitlines()
-    return [planned_record(run_id, c, env_plan.env.name, Status.CRASH, stage=None,
-                           error=f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500],
-                           notes=["\n".join(msg[-10:])]) for c in cells]
-
-
-def skip_records(run_id: str, env_plan: EnvPlan, cells: list[Cell], reason: str) -> list[Record]:
-    return [planned_record(run_id, c, env_plan.env.name, Status.SKIP, reason=reason) for c in cells]
-
-
-def plan_needs(plan: Plan, done: set[str]) -> list[tuple[EnvPlan, list[Cell]]]:
-    return [(e, [c for c in e.cells if c.cell_id not in done]) for e in plan.environments]

@@ -28,7 +28,6 @@ import contextlib
 import faulthandler
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from harness.run import fresh, stages
 from harness.run.blame import diagnose
 from harness.run.bundle import write_bundle
 from harness.run.loaded import CaseFiles, expand_declared
+from harness.run.logcap import LOG_MAX_ENV, RELAY_ENV, cap_file, log_marker
 from harness.run.stages import (
     GroupContext,
     package_versions,
@@ -56,11 +56,7 @@ from harness.run.stages import (
 # pid and must leave at once (``leave_if_forked``), before it writes a log, a bundle or an event.
 _WORKER_PID = os.getpid()
 
-RELAY_ENV = "HARNESS_LOG_RELAY"          # set by the runner: stdout/stderr are its log relay pipe
-LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"    # cap of each log (head and tail kept)
 RUNNER_PID_ENV = "HARNESS_RUNNER_PID"    # die with the runner (Linux: PR_SET_PDEATHSIG)
-_NOTICE_ROOM = 256
-_CUT = re.compile(rb"\n\[\.\.\. (\d+) bytes cut ")
 
 
 def leave_if_forked() -> None:
@@ -95,46 +91,6 @@ def _stop_forked_child_in_harness_code() -> None:
             os._exit(0)
 
     sys.setprofile(profile)
-
-
-def log_marker(nonce: str, gid: str) -> bytes:
-    """The line that tells the runner's log relay where the following output belongs (a group's
-    log; '' for the worker log). The nonce keeps a case's own output from passing for one."""
-    return b"\x00harness-log " + nonce.encode() + b" " + gid.encode() + b"\n"
-
-
-def cut_notice(cut: int, max_bytes: int) -> bytes:
-    """What replaces the middle of a log that grew past its cap (parsed back by ``cap_file``)."""
-    return (f"\n[... {cut} bytes cut ({cut / 2**20:.1f} MiB): this log keeps its first and last "
-            f"{max_bytes / 2 / 2**20:g} MiB (log_max_mb) ...]\n").encode()
-
-
-def cap_file(path: Path, max_bytes: int | None) -> None:
-    """Cut the middle of a log longer than ``max_bytes`` in place (first and last halves kept):
-    writers holding it open with O_APPEND go on appending after the tail."""
-    if not max_bytes:
-        return
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return
-    if size <= max_bytes + _NOTICE_ROOM:
-        return
-    head, tail = max_bytes // 2, max_bytes - max_bytes // 2
-    with open(path, "r+b") as fh:
-        fh.seek(head)
-        probe = fh.read(_NOTICE_ROOM)
-        cut = size - head - tail
-        # A notice of an earlier cut sits right after the head: add what it cut, minus itself.
-        earlier = _CUT.match(probe)
-        if earlier and (end := probe.find(b"]\n", earlier.end())) >= 0:
-            cut += int(earlier.group(1)) - (end + 2)
-        fh.seek(size - tail)
-        last = fh.read(tail)
-        fh.seek(head)
-        fh.write(cut_notice(cut, max_bytes))
-        fh.write(last)
-        fh.truncate()
 
 
 def _flush_all() -> None:

@@ -36,8 +36,5 @@ def identity_call(adapter_cls: type, threads: int | None) -> Iterator[Callable[[
     with tempfile.TemporaryDirectory(prefix="harness-floor-") as tmp:
         adapter = adapter_cls(write_identity_model(Path(tmp) / "identity.onnx"), threads=threads)
         adapter.prepare([{"x": (1,)}])
-        adapter.activate()
-        try:
+        with adapter:
             yield adapter.timed_call({"x": np.zeros((1,), dtype=np.float32)})
-        finally:
-            adapter.deactivate()

@@ -130,3 +130,14 @@ def test_cut_torn_tail_keeps_a_whole_record_that_only_lacks_its_newline(tmp_path
 def test_a_bad_record_from_a_worker_is_refused_by_the_same_validation():
     with pytest.raises(RecordError, match="'status' must be one of"):
         Record.from_dict({**GOOD, "status": "weird"})
+
+
+def test_stage_is_an_enum_stored_as_its_plain_value():
+    from harness.core.status import Stage
+
+    rec = Record.from_dict({"run_id": "r", "case": "c", "torch": "2.13.0", "exporter": "dynamo", "opset": 18,
+                            "runtime": "ort-cpu", "status": "fail", "stage": "parity"})
+    assert rec.stage is Stage.PARITY and rec.stage == "parity"
+    assert json.loads(rec.to_json())["stage"] == "parity"
+    with pytest.raises(RecordError, match="stage"):
+        Record.from_dict({**rec.to_dict(), "stage": "exporting"})

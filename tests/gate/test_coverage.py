@@ -31,6 +31,7 @@ def copy_run(store: Path, edit=lambda rec: rec, finished: bool = True) -> str:
     append_records(dst / "results.jsonl", [r for r in records if r is not None])
     meta = read_run_meta(dst)
     meta.run_id, meta.finished = COPY, finished
+    (dst / "run.json").unlink()          # a finished run.json is never written over
     meta.write(dst)
     update_index(dst, store)
     return COPY

@@ -122,7 +122,7 @@ def test_environment_failure_records_are_recognised():
     from harness.gate.sources import is_environment_failure
     from harness.matrix.config import Matrix
     from harness.matrix.plan import build_plan
-    from harness.run.supervisor import environment_failure_records
+    from harness.run.records import environment_failure_records
 
     plan = build_plan(Matrix.model_validate({"torch": ["2.13.0"], "exporters": ["dynamo"], "opsets": [18],
                                              "cases": ["mha"]}))

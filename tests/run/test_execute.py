@@ -12,7 +12,7 @@ from harness.core.status import Status
 from harness.matrix.config import Matrix, matrix_hash
 from harness.matrix.plan import build_plan
 from harness.matrix.rules import ConfigError
-from harness.run.execute import finalize, prepare_run_dir, resumable_run
+from harness.store.rundir import finalize, prepare_run_dir, resumable_run
 from harness.store.runs import read_run_meta
 
 MATRIX = Matrix.model_validate({"torch": ["2.13.0"], "exporters": ["dynamo"], "opsets": [18],
@@ -141,10 +141,12 @@ def test_a_new_run_that_fails_before_any_record_leaves_nothing(tmp_path, monkeyp
     """An unexpected error before the first record: the run this process started is removed (an
     empty unfinished run is no use to a gate or a report); one with a record is kept."""
     from harness.run import execute as ex
+    from harness.run.context import RunRequest
 
     plan = build_plan(MATRIX)
 
-    def broken(matrix, config_path, plan, run_dir, meta, *rest):
+    def broken(request, run, jobs):
+        run_dir, meta = run.run_dir, run.meta
         if records:
             cell = plan.cells[0]
             append_record(run_dir / "results.jsonl",
@@ -155,7 +157,7 @@ def test_a_new_run_that_fails_before_any_record_leaves_nothing(tmp_path, monkeyp
     monkeypatch.setattr(ex, "_execute", broken)
     reports = tmp_path / "reports"
     with pytest.raises(RuntimeError, match="provider broke"):
-        ex.execute(MATRIX, tmp_path / "m.yaml", plan, None, reports)
+        ex.execute(RunRequest(MATRIX, tmp_path / "m.yaml", plan, reports))
     left = list((reports / "runs").iterdir())
     if records:
         assert len(left) == 1 and not read_run_meta(left[0]).finished
@@ -166,7 +168,7 @@ def test_a_new_run_that_fails_before_any_record_leaves_nothing(tmp_path, monkeyp
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     (tmp_path / "mine" / "logs" / "my.log").write_text("mine")
     with pytest.raises(RuntimeError):
-        ex.execute(MATRIX, tmp_path / "m.yaml", plan, tmp_path / "mine", reports)
+        ex.execute(RunRequest(MATRIX, tmp_path / "m.yaml", plan, reports, tmp_path / "mine"))
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
     assert (tmp_path / "mine" / "logs" / "my.log").read_text() == "mine"
     assert ((tmp_path / "mine" / "run.json").exists()) == bool(records)

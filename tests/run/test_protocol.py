@@ -13,6 +13,7 @@ from harness.core.job import Job
 from harness.envs.provider import EnvironmentBuildError
 from harness.matrix.config import Matrix
 from harness.matrix.plan import build_plan
+from harness.run.context import Limits, RunContext
 from harness.run.supervisor import MAX_DEATHS_PER_CELL, WorkerSupervisor
 
 FAKE_WORKER = '''
@@ -78,9 +79,9 @@ def supervisor(tmp_path, mode, records):
                                     "cases": ["conv_bn", "mha", "lstm"], "cell_timeout_s": 30})
     env_plan = build_plan(matrix).environments[0]
     run_dir = tmp_path / "run"
-    sup = WorkerSupervisor(FakeProvider(script, mode), env_plan,
-                           Job(run_id="r", run_dir=str(run_dir), env=env_plan.env.name, groups=()),
-                           30, records.append, log_max_mb=0.01)
+    ctx = RunContext(job=Job(run_id="r", run_dir=str(run_dir), env="", groups=()),
+                     provider=FakeProvider(script, mode), limits=Limits(30, log_max_mb=0.01))
+    sup = WorkerSupervisor(ctx, env_plan, records.append)
     return sup, env_plan, run_dir
 
 

@@ -16,6 +16,7 @@ from harness.core.record import read_records
 from harness.core.status import Status
 from harness.matrix.config import Matrix
 from harness.matrix.plan import build_plan
+from harness.run.context import RunRequest
 from harness.run.execute import execute
 from harness.store.runs import read_run_meta
 
@@ -105,8 +106,8 @@ def run(tmp_path, torch=("2.13.0",), jobs=2, **env):
                                     "cases": ["conv_bn", "mha", "lstm"], "cell_timeout_s": 30})
     plan = build_plan(matrix)
     provider = FakeProvider(script, {"FAKE_STAMPS": str(stamps), **env})
-    run_dir = execute(matrix, tmp_path / "m.yaml", plan, tmp_path / "run", tmp_path / "reports",
-                      provider, jobs=jobs)
+    run_dir = execute(RunRequest(matrix, tmp_path / "m.yaml", plan, tmp_path / "reports", tmp_path / "run",
+                                 provider, jobs=jobs))
     intervals = [json.loads(line) for line in stamps.read_text().splitlines()] if stamps.exists() else []
     return plan, run_dir, read_records(run_dir / "results.jsonl"), intervals
 

@@ -72,22 +72,8 @@ def test_verdicts_match_a_direct_export_and_run(meta, records, runtime, script, 
     verdicts = direct(meta, records, script, runtime, tmp_path)
     mismatches = [(r.cell_id, (r.status.value, r.stage), r.error, (v["status"], v["stage"]), v["error"])
                   for r in records if r.runtime == runtime
-                  for v in [verdicts[r.cell_id]] if (r.status.value, r.stage) != (v["status"], v["stage"])
-                  and not dims_form_difference(r, v)]
+                  for v in [verdicts[r.cell_id]] if (r.status.value, r.stage) != (v["status"], v["stage"])]
     assert not mismatches
-
-
-def dims_form_difference(rec, direct_verdict: dict) -> bool:
-    """lstm_state_seq gives its dims in the index form ({0: {0: "seq"}}, the nested state
-    without dims). The direct script hands them to dynamo as ``dynamic_axes``, and torch 2.13's
-    own conversion to ``dynamic_shapes`` gives the state tuple a list, which torch.export rejects;
-    the harness marks the dims in ``dynamic_shapes`` itself (Dim.DYNAMIC, the same marking) and
-    the export succeeds, to fail later. Each export runs in a fresh process on both sides, so
-    this is a difference of how the dims reach torch, not of the schedule; it is accepted only
-    with exactly that cause on the direct side."""
-    return (rec.case == "lstm_state_seq" and rec.exporter == "dynamo" and rec.torch == "2.13.0"
-            and rec.options.get("dim_marking") == "Dim.DYNAMIC" and direct_verdict["stage"] == "export"
-            and "mismatch between the structure of `inputs` and `dynamic_shapes`" in direct_verdict.get("root", ""))
 
 
 @pytest.mark.parametrize("torch_version", ["2.6.0", "2.13.0"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.core.status import Status
-from harness.run.supervisor import TIMEOUT_WALL_FACTOR, Progress
+from harness.run.timeouts import TIMEOUT_WALL_FACTOR, Progress
 
 
 class Tree:

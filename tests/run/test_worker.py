@@ -13,7 +13,8 @@ from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Stage, Status
 from harness.run.stages import StageFailure, _match_feeds, short_error, stage
-from harness.run.worker import GroupLogs, cap_file, run_job
+from harness.run.logcap import cap_file
+from harness.run.worker import GroupLogs, run_job
 
 
 def test_stage_turns_exceptions_into_failures_and_times_them():

@@ -189,3 +189,27 @@ def test_run_ids_are_unique_across_stores_and_sort_by_time(tmp_path):
     shutil.copy(store / "runs" / old[0] / "run.json", new_dir / "run.json")
     assert [p.name for p in list_runs(store)] == [*old, new_id]
     assert resolve_run(old[0], store).name == old[0] and resolve_run(new_id, store) == new_dir
+
+
+def test_a_finished_run_json_is_never_written_again(tmp_path):
+    """Everything a run records in run.json is known before it finishes (a shard's identity
+    included): finalizing writes it the last time, and any later write is refused."""
+    from harness.core.run import FinishedRun, RunMeta
+    from harness.store.rundir import finalize
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl").write_text("")
+    meta = RunMeta.start("r1", "0.1.0", tmp_path / "m.yaml", "hash", {})
+    meta.extra["shard"] = {"index": 1}
+    meta.write(run_dir)
+    meta.write(run_dir)                      # an unfinished run is written as it goes
+    finalize(run_dir, meta, tmp_path / "reports")
+    before = (run_dir / "run.json").read_bytes()
+    assert json.loads(before)["finished"] is True and json.loads(before)["shard"] == {"index": 1}
+    meta.extra["shard"] = {"index": 2}
+    with pytest.raises(FinishedRun, match="immutable"):
+        meta.write(run_dir)
+    with pytest.raises(FinishedRun):
+        RunMeta(run_id="r1").write(run_dir)   # not only the object that finished it
+    assert (run_dir / "run.json").read_bytes() == before

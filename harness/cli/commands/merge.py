@@ -21,15 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.report import render_run
-    from harness.run.execute import finalize
     from harness.store.merge import merge_runs
-    from harness.store.runs import read_run_meta
+    from harness.workflow import finish_merged
 
     if args.wait < 0:
         raise ConfigError(f"--wait: expected seconds >= 0 (got {args.wait})")
     run_dir = merge_runs(args.runs, args.output, wait_s=args.wait)
-    finalize(run_dir, read_run_meta(run_dir), args.reports)
-    render_run(run_dir, args.reports)
+    finish_merged(run_dir, args.reports)
     print(f"merged {len(args.runs)} shard runs into {run_dir}")
     return 0

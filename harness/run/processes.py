@@ -1,0 +1,92 @@
+"""A worker's process tree: its CPU time and memory (what the timeout and memory rules read),
+and its clean-up, in one place: ``reap`` (a worker's tree and every process carrying its token),
+``kill_session`` (the worker's session), ``end_child_processes`` (all this runner still runs)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import psutil
+
+TOKEN_ENV = "HARNESS_WORKER_TOKEN"
+
+
+def tree_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process, its descendants and the children it reaped
+    (a group's finished process); None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+def tree_rss(pid: int) -> int:
+    """Resident memory of a process and its descendants, in bytes (0 once it is gone). Each
+    process counts its proportional share of pages it shares (PSS): a group's process forked
+    from the warm worker shares the worker's imported torch, which counts once, not twice."""
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            try:
+                total += p.memory_full_info().pss
+            except (AttributeError, psutil.AccessDenied):
+                total += p.memory_info().rss
+    return total
+
+
+def reap(worker_pid: int, token: str, keep: set[int] = frozenset()) -> list[int]:
+    """Kill every process of the worker's tree and every process carrying its token, but those in
+    ``keep``; returns their pids. The token finds processes that left the tree (re-parented to
+    init by a double fork, or in a session of their own)."""
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(worker_pid).children(recursive=True):
+            found[child.pid] = child
+    me = os.getpid()
+    for proc in psutil.process_iter(["environ"]):
+        environ = proc.info.get("environ") or {}
+        if proc.pid != me and proc.pid not in found and environ.get(TOKEN_ENV) == token:
+            found[proc.pid] = proc
+    victims = []
+    for pid, proc in found.items():
+        if pid in keep or pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            proc.kill()
+            victims.append(proc)
+    psutil.wait_procs(victims, timeout=2)
+    return [p.pid for p in victims]
+
+
+def kill_session(pid: int) -> None:
+    """Kill the session (process group) a worker leads: the worker and what stayed in it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def end_child_processes() -> None:
+    """Stop what this runner still runs (an environment being installed by the prefetch thread),
+    so that it can exit now; an environment cut mid-install has no marker and is rebuilt."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
