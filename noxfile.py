@@ -130,7 +130,9 @@ def tests(session: nox.Session) -> None:
     links = ("--find-links", str(LOCAL_WHEELS)) if LOCAL_WHEELS.exists() else ()
     _install(session, "test", also=("torch==2.13.0", "onnx==1.23.2", "onnxruntime==1.32.0",
                                     "openvino==2026.4.1", *links))
-    session.run("pytest", *(session.posargs or ["-q", "-ra"]))
+    # One test file per xdist worker, a worker per core: a file's module and session fixtures (one
+    # real run shared by its tests) stay in one process; environments are built once (a file lock).
+    session.run("pytest", *(session.posargs or ["-q", "-ra", "-n", "auto", "--dist", "loadfile"]))
 
 
 @nox.session(python="3.11")

@@ -32,6 +32,7 @@ def run_plan(request: RunRequest, log: Callable[..., None] | None = None) -> Pat
 
 def finish_merged(run_dir: Path, reports: Path) -> Path:
     """A merged run (``harness.store.merge.merge_runs``): finalized into the store, rendered."""
-    finalize(run_dir, read_run_meta(run_dir), reports)
+    meta = read_run_meta(run_dir)
+    finalize(run_dir, meta, reports, ended=meta.ended)
     render_run(run_dir, reports)
     return run_dir

@@ -345,6 +345,21 @@ class Matrix(_Strict):
     def _torch(cls, v: Any) -> Any:
         return [{"version": x} if isinstance(x, (str, int, float)) else x for x in _as_list(v)]
 
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency(cls, v: Any) -> Any:
+        # `unstable_cv` (a coefficient of variation, which single-call outliers inflate) became
+        # `unstable_spread` (IQR / 1.349 / median): a matrix written for the old key keeps working.
+        if isinstance(v, dict) and "unstable_cv" in v:
+            import warnings
+
+            v = dict(v)
+            old = v.pop("unstable_cv")
+            v.setdefault("unstable_spread", old)
+            warnings.warn("latency.unstable_cv is now latency.unstable_spread (a robust spread, "
+                          "IQR / 1.349 / median); the value was taken for it", stacklevel=2)
+        return v
+
     @field_validator("runtimes", mode="before")
     @classmethod
     def _runtimes(cls, v: Any) -> Any:

@@ -163,11 +163,11 @@ def merge_runs(run_dirs: list[Path], output: Path, wait_s: float = 0.0) -> Path:
     if sharded:
         extra["plan_digest"] = metas[0].extra["shard"]["plan_digest"]
     meta = replace(metas[0], run_id=run_id, started=min(m.started for m in metas),
-                   ended=max(m.ended or 0 for m in metas), finished=True, resumed=[], counts=None,
+                   ended=max(m.ended or 0 for m in metas), finished=False, resumed=[], counts=None,
                    environments=environments,
                    plan={"cells": len(seen), "environments": plan_envs},
                    extra={**extra, "shards": shards, "merged": time.time()})
-    meta.write(output)
+    meta.write(output)      # unfinished until the workflow finalizes it into the store (once)
     (output / "shards.json").write_text(json.dumps(shards, indent=2))
     return output
 

@@ -195,18 +195,20 @@ def drop_if_empty(run_dir: Path, before: set[str] | None) -> None:
                     path.unlink()
 
 
-def finalize(run_dir: Path, meta: RunMeta, reports: Path, order: list[str] | None = None) -> None:
+def finalize(run_dir: Path, meta: RunMeta, reports: Path, order: list[str] | None = None,
+             ended: float | None = None) -> None:
     """Mark the run finished (counts, end time) and add it to the store's index and cell cache.
 
     Records are appended as cells finish, so while a run goes on results.jsonl is in completion
     order (workers run in parallel); with ``order`` (the plan's cell ids) a finished file that
     holds exactly those cells is rewritten in that order, so it does not depend on scheduling
-    (a run resumed with another filter keeps the order its records were appended in)."""
+    (a run resumed with another filter keeps the order its records were appended in). ``ended``:
+    when the run ended, if not now (a merged run: its last shard's end)."""
     results = run_dir / "results.jsonl"
     records = read_records(results)
     if order and sorted(order) == sorted(r.cell_id for r in records):
         sort_results(results, order)
-    meta.ended = time.time()
+    meta.ended = ended or time.time()
     meta.finished = True
     meta.counts = count_by_status(records)
     meta.write(run_dir)

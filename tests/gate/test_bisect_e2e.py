@@ -29,8 +29,11 @@ def test_bisect_a_fix_over_local_releases(tmp_path):
     assert "tried: 2.13.0 pass · 2.6.0 fail (check)" in proc.stdout
     assert "verdict changes between 2.6.0 and 2.13.0 (fail (check) → pass)" in proc.stdout
     assert "https://github.com/pytorch/pytorch/releases/tag/v2.13.0" in proc.stdout
+    # the two environments also differ in companion pins: the boundary is tried once more, torch
+    # 2.13.0 with 2.6.0's pins, and the answer names what flipped it (or why it cannot tell)
+    assert "the two environments also differ in" in proc.stdout and "flipped it" in proc.stdout
     runs = list_runs(store)
-    assert len(runs) == 2                                    # one ordinary run per release tried
+    assert len(runs) == 3                                    # one run per release tried, one swapped
     records = {r.torch: r for run in runs for r in load_run(run)[1]}
     assert set(records) == {"2.6.0", "2.13.0"} and (store / "index.json").exists()
     # the verdicts are those of a plain export + checker + ONNX Runtime run, no harness code
@@ -46,7 +49,7 @@ def test_bisect_a_fix_over_local_releases(tmp_path):
         assert (rec.status.value, rec.stage) == (direct["status"], direct["stage"])
     # asked the other way round (a regression from 2.13.0 to 2.6.0) it reuses the stored runs
     again = bisect(store, "--good", "2.6.0", "--bad", "2.13.0")
-    assert "stored results reused" in again.stderr and len(list_runs(store)) == 2
+    assert "stored results reused" in again.stderr and len(list_runs(store)) == 3
     assert "verdict changes between 2.6.0 and 2.13.0 (fail (check) → pass)" in again.stdout
 
 

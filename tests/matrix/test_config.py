@@ -333,3 +333,11 @@ def test_bad_jobs_or_fresh_exit_2_before_anything_runs(cli, capsys, args, text):
     with pytest.raises(SystemExit) as info:
         cli(cfg(), *args)
     assert info.value.code == 2 and text in capsys.readouterr().err
+
+
+def test_the_old_unstable_cv_key_is_read_as_the_robust_spread_with_a_warning(tmp_path):
+    with pytest.warns(UserWarning, match="unstable_spread"):
+        m = load_matrix(write(tmp_path, MINIMAL + "latency: {unstable_cv: 0.08}\n"))
+    assert m.latency.unstable_spread == 0.08
+    with pytest.raises(ConfigError, match="latency"):
+        load_matrix(write(tmp_path, MINIMAL + "latency: {unstable_cv: -1}\n"))

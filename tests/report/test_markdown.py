@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from helpers import HOSTILE
 
 from harness.report.html import write_reports
@@ -45,7 +47,6 @@ def hostile_store(store):
         if rec["case"].startswith("<img"):
             rec["case"] = "a|b<i>x</i>\x08"
             rec["error"] = "Bad\x00thing | <b>here</b>\x1b[31m & \x07 there\nsecond line"
-            rec["stage"] = "export|<u>"
             rec["signature"] = "sig|`<x>`"
         lines.append(json.dumps(rec))
     path.write_text("\n".join(lines) + "\n")
@@ -62,3 +63,17 @@ def test_hostile_run_renders_escaped_markdown(store):
     assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\u2028]", text)
     widths = table_widths(text)
     assert len(widths) >= 3 and all(len(w) == 1 for w in widths), widths
+
+
+def test_a_stage_that_is_not_one_is_a_schema_error_naming_the_line(store):
+    # Record.stage is an enum: a hostile stage never reaches a report, the read names file and line.
+    from harness.core.record import RecordError
+
+    run = hostile_store(store)
+    path = run / "results.jsonl"
+    lines = path.read_text().splitlines()
+    bad = json.loads(lines[0])
+    bad["stage"] = "export|<u>"
+    path.write_text("\n".join([json.dumps(bad), *lines[1:]]) + "\n")
+    with pytest.raises(RecordError, match=r"results\.jsonl:1: 'stage' must be one of"):
+        load_run(run)
