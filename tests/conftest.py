@@ -24,7 +24,20 @@ def e2e_run(tmp_path_factory) -> Path:
     reuse = os.environ.get("HARNESS_E2E_RUN_DIR")
     if reuse and (Path(reuse) / "run.json").exists():
         return Path(reuse)
-    return run_matrix(tmp_path_factory, "e2e", "e2e.yaml")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_matrix(tmp_path_factory, "e2e", "e2e.yaml")
+    # Under xdist each worker has its own session: the first to ask runs the matrix, the others
+    # wait on the lock and read the same finished run (its tests only read it).
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent
+    with FileLock(str(shared / "e2e-run.lock")):
+        marker = shared / "e2e-run.path"
+        if marker.exists():
+            return Path(marker.read_text())
+        out = run_matrix(tmp_path_factory, "e2e", "e2e.yaml")
+        marker.write_text(str(out))
+        return out
 
 
 @pytest.fixture(scope="session")
