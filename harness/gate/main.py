@@ -171,12 +171,18 @@ def run_gate(req: GateRequest) -> int:
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
     remeasure(cells, base, cand, matrix, req, out, current)
+    return conclude(cells, base, cand, req.settings, out, current)
+
+
+def conclude(cells: list[CellComparison], base: Side, cand: Side, settings: Settings, out: Path,
+             current: dict) -> int:
+    """The gate's exit code, written out with its reports (a torch gate and a package gate alike)."""
     coverage = Coverage.of(cells)
-    problem = coverage.problem(req.settings.min_compared)
+    problem = coverage.problem(settings.min_compared)
     # A regression among the compared cells is one whatever else is missing; without one, a gate
     # that compared too little cannot tell (2), never "no regression" (0).
     code = 1 if any(c.verdict.blocking for c in cells) else 2 if problem else 0
-    md = write_outputs(out, base, cand, cells, req.settings, code, current, coverage)
+    md = write_outputs(out, base, cand, cells, settings, code, current, coverage)
     print(md)
     print(f"gate reports: {out}")
     if problem:

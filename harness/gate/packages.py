@@ -88,9 +88,8 @@ def run_package_gate(req, bump: PackageBump) -> int:
     import time
 
     from harness.console import console
-    from harness.gate.compare import Coverage, Verdict, compare_sides
-    from harness.gate.main import check_settings, redecide, remeasure_side
-    from harness.gate.output import write_outputs
+    from harness.gate.compare import Verdict, compare_sides
+    from harness.gate.main import check_settings, conclude, redecide, remeasure_side
     from harness.gate.sources import check_environments, complete_side, plan_version_side
     from harness.matrix.config import load_matrix
     from harness.run.annotate import Annotator
@@ -125,15 +124,7 @@ def run_package_gate(req, bump: PackageBump) -> int:
         for cell in cells:
             if cell.verdict is Verdict.SLOWER:
                 redecide(cell, fresh["baseline"].get(cell.key, []), fresh["candidate"].get(cell.key, []), req)
-    coverage = Coverage.of(cells)
-    problem = coverage.problem(req.settings.min_compared)
-    code = 1 if any(c.verdict.blocking for c in cells) else 2 if problem else 0
-    md = write_outputs(out, base, cand, cells, req.settings, code, current, coverage)
-    print(md)
-    print(f"gate reports: {out}")
-    if problem:
-        console.print(f"gate: cannot tell: {problem}", markup=False, highlight=False)
-    return code
+    return conclude(cells, base, cand, req.settings, out, current)
 
 
 def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
