@@ -1,7 +1,8 @@
 """``init``: a starter matrix file and a gate workflow for the repository in the current directory.
 
 The matrix lists the repository's own cases (functions returning a model and its inputs, found
-with ``ast``, never imported) through a ``cases:`` glob per file, or, where there are none, one
+with ``ast``, never imported) through a ``cases:`` glob per file (by name where the file also has
+other functions a glob would take), or, where there are none, one
 example case written beside it: a case for each ``nn.Module`` subclass it can build without
 arguments whose first layer says the input's shape (``Linear``, ``Conv1d/2d/3d``, ``Embedding``),
 else a small MLP to replace. Its torch releases are the one the dependency files pin and the
@@ -13,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.matrix.config import _SKIP_DIRS, case_functions
+from harness.matrix.config import _SKIP_DIRS, _parse_file, case_functions
 from harness.matrix.deps import find_files, public, read_pins, working_tree_reader
 from harness.matrix.rules import ConfigError
 
@@ -46,6 +47,32 @@ def _mentions_torch(path: Path) -> bool:
         return "torch" in path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+
+
+def _looks_like_case(node: ast.FunctionDef, helpers: set[str]) -> bool:
+    """A function that returns a tuple (model, inputs, ...) or what a helper of its file builds
+    (``return _kv(3)``): what ``init`` lists as a case."""
+    for ret in (n for n in ast.walk(node) if isinstance(n, ast.Return)):
+        if isinstance(ret.value, ast.Tuple) and len(ret.value.elts) >= 2:
+            return True
+        if isinstance(ret.value, ast.Call) and _call_name(ret.value) in helpers:
+            return True
+    return False
+
+
+def _cases_of(root: Path, path: Path) -> list[str]:
+    """``file.py:*`` when every function a glob takes there looks like a case, else the ones that
+    do by name (a glob would also take ``main()``, a recorded failure on every run)."""
+    tree = _parse_file(path)
+    if isinstance(tree, str):
+        return []
+    taken = case_functions(path)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    looking = [f for f in taken if f in defs and _looks_like_case(defs[f], set(defs))]
+    rel = path.relative_to(root).as_posix()
+    if not looking:
+        return []
+    return [f"{rel}:*"] if looking == taken else [f"{rel}:{f}" for f in looking]
 
 
 def _call_name(node: ast.AST) -> str:
@@ -129,13 +156,13 @@ def scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-on
     """What ``init`` writes for the repository at ``root`` (nothing is written here)."""
     notes: list[str] = []
     files = [p for p in _python_files(root) if _mentions_torch(p)]
-    with_cases = [(p, case_functions(p)) for p in files if p.name != EXAMPLE]
-    with_cases = [(p, fns) for p, fns in with_cases if fns]
+    with_cases = [(p, refs) for p in files if p.name != EXAMPLE and (refs := _cases_of(root, p))]
     example = None
     if with_cases:
-        cases = [f"{p.relative_to(root).as_posix()}:*" for p, _ in with_cases]
-        found = sum(len(fns) for _, fns in with_cases)
-        notes.append(f"cases: {found} case function(s) in {', '.join(c.split(':')[0] for c in cases)}")
+        cases = [ref for _, refs in with_cases for ref in refs]
+        found = sum(len(case_functions(p)) if refs[0].endswith(":*") else len(refs) for p, refs in with_cases)
+        notes.append(f"cases: {found} case function(s) in "
+                     f"{', '.join(p.relative_to(root).as_posix() for p, _ in with_cases)}")
     else:
         modules = _modules(root, files)
         example = _example_cases(modules)
