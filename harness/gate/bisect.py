@@ -25,7 +25,7 @@ from harness.console import console
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Stage, Status
-from harness.gate.sources import run_cells, stored_records, version_plan
+from harness.gate.sources import run_cells, say_refusals, stored_records, version_plan
 from harness.gate.swap import which_change
 from harness.matrix.config import Matrix, TorchSpec, load_matrix
 from harness.matrix.environments import env_spec_for
@@ -216,8 +216,9 @@ class Bisector:
                 # The bisect policy: the gate's, from the very environment planned now (its name
                 # hashes every pin): a release retried after a companion pin changed is run again.
                 env_of = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-                stored, _ = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent,
-                                           BISECT, env_of)
+                stored, _, reused = stored_records(plan, self.current, self.reports,
+                                                   Path(self.config).resolve().parent, BISECT, env_of)
+                say_refusals(f"bisect: torch {version_label}", reused, len(plan.cells))
                 found = {r.key: r for r in stored}
                 missing = {c.cell_id for c in plan.cells if c.key not in found}
                 if missing:
