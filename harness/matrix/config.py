@@ -659,10 +659,13 @@ class GlobExpansion:
     left: list[tuple[str, str]] = field(default_factory=list)   # ("file.py:name", why)
 
     def lines(self) -> list[str]:
-        out = [f"{self.key} {self.pattern}: took {len(self.took)} case function(s): "
+        """What ``plan`` prints: one line per glob, one per function left out (names from the
+        file system shown with their control characters escaped: one line each)."""
+        def shown(text: str) -> str:
+            return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+        out = [f"{self.key} {shown(self.pattern)}: took {len(self.took)} case function(s): "
                + ", ".join(t.rsplit(":", 1)[1] for t in self.took)]
-        if self.left:
-            out += [f"  left out {name}: {why}" for name, why in self.left]
+        out += [f"  left out {shown(name)}: {shown(why)}" for name, why in self.left]
         return out
 
 

@@ -126,20 +126,21 @@ def _write_night(path: Path, night: Night) -> None:
 
 
 def matrix_of(meta_config: str, config: Path) -> bool:
-    """Whether a run's matrix file (as its run.json names it: absolute on the machine that ran
-    it, or relative) is ``config``: the run's path ends with ``config``'s path relative to the
-    checkout (or the current folder), so the merged run of a CI runner's checkout matches."""
+    """Whether a run's matrix file (as its run.json names it) is ``config``: the same file where
+    the run names one that exists here; else (a relative name, or a path on the machine that ran
+    it, such as a CI runner's checkout) its path ends with ``config``'s path relative to the
+    checkout or the current folder."""
     from harness.core.paths import WORKSPACE
 
     config = Path(config).resolve()
-    ran = Path(meta_config.split(" ")[0]) if meta_config else None
+    ran = Path(meta_config) if meta_config else None
     if ran is None:
         return False
-    if ran.is_absolute() and ran.resolve() == config:
-        return True
-    for base in (WORKSPACE, Path.cwd()):
-        if config.is_relative_to(base.resolve()):
-            rel = config.relative_to(base.resolve()).parts
+    if ran.is_absolute() and ran.exists():
+        return ran.resolve() == config
+    for base in (WORKSPACE.resolve(), Path.cwd().resolve()):
+        if config.is_relative_to(base):
+            rel = config.relative_to(base).parts
             return ran.parts[-len(rel):] == rel
     return ran.name == config.name
 

@@ -191,3 +191,15 @@ def test_safe_href():
     for bad in ("javascript:alert(1)", "java\nscript:x", "\x01javascript:x", "data:text/html,x", "file:///etc/passwd",
                 "//evil.example", "\\\\evil", "vbscript:x", "", None, 3):
         assert safe_href(bad) is None, bad
+
+
+def test_the_nightly_s_matrix_is_the_same_file_or_the_same_path_in_another_checkout(tmp_path):
+    from harness.core.paths import WORKSPACE
+    from harness.store.nights_append import matrix_of
+
+    other = tmp_path / "matrix.yaml"
+    other.write_text("")
+    assert not matrix_of(str(other), WORKSPACE / "matrix.yaml")              # another file named alike
+    assert matrix_of(str(other), other) and matrix_of("matrix.yaml", WORKSPACE / "matrix.yaml")
+    assert matrix_of("/home/runner/work/r/r/matrix.yaml", WORKSPACE / "matrix.yaml")   # a CI runner's checkout
+    assert not matrix_of("tests/matrices/e2e.yaml", WORKSPACE / "matrix.yaml")
