@@ -21,7 +21,7 @@ from markupsafe import Markup
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.core.text import ENCODE_ERRORS
+from harness.core.text import ENCODE_ERRORS, bounded_name
 from harness.report import diagnosis, plots
 from harness.report.floors import floor_rows
 from harness.report.aggregate import (
@@ -317,7 +317,10 @@ def write_site(reports: Path, site: Path) -> Path:
         previous = previous_run(meta, records_frame(records), reports) if records else None
         html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records),
                                "../index.html")
-        (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8", errors=ENCODE_ERRORS)
+        # A file name made from the id (never a path: an index entry is data).
+        (site / "runs" / f"{bounded_name(entry['run_id'])}.html").write_text(html, encoding="utf-8",
+                                                                           errors=ENCODE_ERRORS)
     index = site / "index.html"
-    index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8", errors=ENCODE_ERRORS)
+    index.write_text(render_index_html(reports, lambda e: f"runs/{bounded_name(e['run_id'])}.html"),
+                     encoding="utf-8", errors=ENCODE_ERRORS)
     return index
