@@ -98,8 +98,11 @@ def requirements_pins(text: str, where: str, read: Reader | None = None,
             req = Requirement(line)
         except InvalidRequirement as exc:
             if "://" in line or line.startswith((".", "/")):
-                # A bare URL or path: a wheel's file name still names its package and release.
-                if "://" in line and (named := url_release(line)) is not None:
+                # A bare URL or path: a wheel's file name still names its package and release
+                # (markers after " ; " as pip reads them).
+                url, _, marker = (part.strip() for part in line.partition(" ;"))
+                if "://" in url and (named := url_release(url)) is not None \
+                        and applies(marker or None, f"{where}:{number}"):
                     out.append(Pin(named[0], named[1], where, number))
                 continue
             raise ConfigError(f"{where}:{number}: expected a requirement such as 'torch==2.6.0' "

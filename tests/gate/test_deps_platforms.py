@@ -105,6 +105,8 @@ def test_a_move_to_a_wheel_url_is_read_from_its_file_name(tmp_path):
     assert _sides(tmp_path, base, head) == ("2.6.0", "2.13.0+cpu")
     bare = {"requirements.txt": f"{WHEEL}\n"}
     assert _sides(tmp_path / "bare", base, bare) == ("2.6.0", "2.13.0+cpu")
+    assert parse_requirements(f"{WHEEL} ; {ELSEWHERE}\n{WHEEL.replace('2.13.0', '2.9.1')} ; {HERE}\n", "r.txt") \
+        == {"torch": "2.9.1+cpu"}
 
 
 def test_a_wheel_url_against_a_pin_elsewhere_names_both_lines(tmp_path):
