@@ -71,5 +71,6 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "publish":
         return 0
     fresh = freshness(scan.nights, max_age)
-    print(("current: " if fresh.ok else "NOT CURRENT: ") + fresh.line())
+    where = "" if scan.files else f" (no night file in {nights}; `history append` adds one)"
+    print(("current: " if fresh.ok else "NOT CURRENT: ") + fresh.line() + where)
     return 0 if fresh.ok else 1
