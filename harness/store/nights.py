@@ -106,11 +106,13 @@ class Night:
         night = cls(**{k: data[k] for k in keys if k in data})
         if problem := night.problem(name, now):
             raise SchemaError(f"{where}: {problem}")
-        try:
-            night.to_records()
-        except SchemaError as exc:
-            i = _bad_record(night.records)
-            raise SchemaError(f"{where}: key 'records[{i}]': {exc}") from None
+        parsed = []
+        for i, rec in enumerate(night.records):
+            try:
+                parsed.append(Record.from_dict(rec))
+            except SchemaError as exc:
+                raise SchemaError(f"{where}: key 'records[{i}]': {exc}") from None
+        night._parsed = parsed
         return night
 
     def problem(self, name: str | None = None, now: float | None = None) -> str | None:
@@ -132,6 +134,8 @@ class Night:
             return f"night {self.night} is a date in the future"
         if self.outcome not in OUTCOMES:
             return f"key 'outcome': expected one of {', '.join(OUTCOMES)} (got {self.outcome!r})"
+        if not isinstance(self.config, str) or not isinstance(self.matrix_hash, str):
+            return "keys 'config' and 'matrix_hash': expected text"
         if self.url is not None and not isinstance(self.url, str):
             return f"key 'url': expected a link or null (got {type(self.url).__name__})"
         if not isinstance(self.environments, dict) or not all(
@@ -146,15 +150,6 @@ def _finite(value: Any) -> bool:
 
 def _utc(when: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
-
-
-def _bad_record(records: list[Any]) -> int:
-    for i, rec in enumerate(records):
-        try:
-            Record.from_dict(rec)
-        except SchemaError:
-            return i
-    return -1
 
 
 def valid_night(name: str) -> bool:
