@@ -54,6 +54,8 @@ def _harness(session: nox.Session, command: str, codes: tuple[int, ...] | None =
                     success_codes=[0])
     except nox.command.CommandFailed as exc:
         code = exc.return_code
+        if isinstance(code, int) and code < 0:
+            code = 128 - code      # killed by signal N (-N from the process): the shell's 128 + N
         if not isinstance(code, int) or code <= 0 or (codes is not None and code not in codes):
             code = otherwise
         raise SystemExit(code) from None

@@ -56,3 +56,21 @@ def test_a_good_plan_is_exit_0(tmp_path):
     proc = nox(tmp_path, "plan", "--config", str(TESTS / "matrices" / "e2e.yaml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cells in" in proc.stdout
+
+
+# Kills the harness process (python -m harness ...) by a signal at start-up, and nothing else.
+KILLER = """import os, sys
+if os.environ.get("KILL_HARNESS") and sys.orig_argv[1:3] == ["-m", "harness"]:
+    os.kill(os.getpid(), int(os.environ["KILL_HARNESS"]))
+"""
+
+
+@pytest.mark.parametrize("session, expected", [("matrix", 128 + 9), ("plan", 128 + 9), ("gate", 2)])
+def test_a_harness_killed_by_a_signal_ends_the_session_with_128_plus_n(tmp_path, monkeypatch, session, expected):
+    """As docs/robustness.md promises (the gate: 2, never a verdict); it used to be 2 for every session."""
+    (tmp_path / "sitecustomize.py").write_text(KILLER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("KILL_HARNESS", "9")
+    args = ["--baseline", "2.6.0", "--candidate", "2.13.0"] if session == "gate" else []
+    proc = nox(tmp_path, session, "--config", str(TESTS / "matrices" / "e2e.yaml"), *args)
+    assert proc.returncode == expected, proc.stdout + proc.stderr

@@ -10,11 +10,19 @@ their texts when they are made or read; writers encode with ``ENCODE_ERRORS`` as
 ``bounded_name`` is the one way a name becomes (part of) a file name: ``safe_name``'s characters,
 at most ``NAME_LIMIT`` of them; a longer one keeps its start and ends in a hash of the whole, so two
 long names stay two files and no name reaches the file system over its limit.
+
+Markdown from untrusted text (case names, errors, hints; written by the reports, the gate and a
+bundle's ISSUE.md): ``md_text`` one line with raw HTML and control characters escaped, ``md_code``
+inline code for plain tokens only, ``md_fenced`` a code block whose fence is longer than any run
+of backticks in the text, so nothing in it can end the block.
 """
 from __future__ import annotations
 
 import hashlib
+import html
+import math
 import re
+from typing import Any
 
 # The error handler every writer of case text uses when it encodes (files, pipes, hashes).
 ENCODE_ERRORS = "backslashreplace"
@@ -57,3 +65,42 @@ def bounded_name(text: str, keep: str = "_.@-", limit: int = NAME_LIMIT) -> str:
         return name
     digest = hashlib.sha256(encode_text(text)).hexdigest()[:_HASH_CHARS]
     return f"{name[: limit - _HASH_CHARS - 1]}-{digest}"
+
+
+# C0/C1 control characters (NUL, backspace, escape...): shown as \xNN, never written raw.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_PLAIN_CODE = re.compile(r"^[A-Za-z0-9_.:@+/=-]*$")
+
+
+def visible_controls(text: str) -> str:
+    """``text`` with each control character but tab and newline written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def md_text(value: Any, limit: int | None = None) -> str:
+    """Any text as safe content of a markdown table cell: one line (every run of whitespace,
+    newlines and U+2028 included, becomes one space), control characters shown as ``\\xNN``,
+    cut to ``limit`` characters, then raw HTML (``<``, ``>``, ``&``) escaped as entities and ``|``
+    as ``\\|`` so that neither a tag renders nor the table breaks."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = visible_controls(" ".join(str(value).split()))
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False).replace("|", "\\|")
+
+
+def md_code(value: Any) -> str:
+    """`value` as inline code when it is a plain token (ids, signatures, versions), else as
+    escaped text: a code span shows entities literally, so hostile text never goes in one."""
+    text = "" if value is None else str(value)
+    return f"`{text}`" if text and _PLAIN_CODE.match(text) else md_text(text)
+
+
+def md_fenced(value: Any, info: str = "") -> list[str]:
+    """Lines of a fenced code block holding ``value`` verbatim (control characters made
+    visible, ``\\r`` line ends dropped): its fence is longer than any backtick run in the text."""
+    text = visible_controls(safe_text("" if value is None else str(value)).replace("\r\n", "\n").replace("\r", "\n"))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *text.split("\n"), fence]

@@ -25,13 +25,14 @@ from harness.console import console
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Stage, Status
-from harness.gate.sources import run_cells, stored_records, version_plan
+from harness.gate.sources import run_cells, say_refusals, stored_records, version_plan
 from harness.gate.swap import which_change
 from harness.matrix.config import Matrix, TorchSpec, load_matrix
+from harness.matrix.plan import Plan
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import fingerprint
-from harness.store.reuse import BISECT
+from harness.store.reuse import BISECT, Reused
 
 RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v{version}"
 
@@ -205,19 +206,46 @@ class Bisector:
     def __post_init__(self) -> None:
         self.current = fingerprint(self.matrix, self.config)
 
+    def _planned(self, version: str, matrix: Matrix | None = None) -> tuple[Matrix, Plan, list[Record], Reused]:
+        """The bisected cells on ``version`` (of ``matrix``, a variant with other pins) and the
+        stored records of them the bisect policy takes: the gate's, from the very environment
+        planned now (its name hashes every pin), so a release retried after a companion pin
+        changed is run again."""
+        restricted, plan = version_plan(matrix or self.matrix, version)
+        plan = plan.restricted({c.cell_id for c in plan.cells if c.key in self.keys})
+        env_of = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
+        stored, _, reused = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent,
+                                           BISECT, env_of)
+        return restricted, plan, stored, reused
+
+    def check_installable(self, releases: dict[str, tuple[str, Matrix | None]]) -> None:
+        """Resolve, before anything is built, the environments of each release still to run
+        (option → (torch version, matrix variant)): a release the index lacks is exit 2 naming
+        the option that asked for it, as the gate does, never a failing environment."""
+        from harness.envs import make_provider
+        from harness.envs.resolve import preflight
+
+        provider = make_provider(self.provider, log=lambda *a, **k: None)
+        problems = []
+        for option, (version, matrix) in releases.items():
+            _, plan, stored, _ = self._planned(version, matrix)
+            missing = plan.restricted({c.cell_id for c in plan.cells} - {r.cell_id for r in stored})
+            try:
+                preflight(missing, self.config, skip=provider.skip_reason,
+                          ready=getattr(provider, "is_ready", lambda spec: False))
+            except ConfigError as exc:
+                problems.append(f"{option}: {exc}")
+        if problems:
+            raise ConfigError("\n".join(problems))
+
     def records(self, version: str, matrix: Matrix | None = None, label: str | None = None) -> dict[CellKey, Record]:
         """The cells on ``version``; ``matrix``/``label``: a variant of it (other companion pins)."""
         version_label = label or version
         if version_label not in self._seen:
-            restricted, plan = version_plan(matrix or self.matrix, version)
-            plan = plan.restricted({c.cell_id for c in plan.cells if c.key in self.keys})
+            restricted, plan, stored, reused = self._planned(version, matrix)
             found: dict[CellKey, Record] = {}
             if plan.cells:
-                # The bisect policy: the gate's, from the very environment planned now (its name
-                # hashes every pin): a release retried after a companion pin changed is run again.
-                env_of = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-                stored, _ = stored_records(plan, self.current, self.reports, Path(self.config).resolve().parent,
-                                           BISECT, env_of)
+                say_refusals(f"bisect: torch {version_label}", reused, len(plan.cells))
                 found = {r.key: r for r in stored}
                 missing = {c.cell_id for c in plan.cells if c.key not in found}
                 if missing:
@@ -280,8 +308,12 @@ def run_bisect(req: BisectRequest, out: Callable[[str], None] = print) -> int:
     keys = select_keys(matrix, req.bad, req.cell, req.config)
     releases = req.releases if req.releases is not None else index_releases(matrix.install.index_url)
     versions = releases_between(final_releases(releases), req.good, req.bad)
-    out(f"bisect {len(keys)} cell(s) over {len(versions)} torch releases: {', '.join(versions)}")
     bisector = Bisector(matrix, req.config, req.reports, keys, req.provider)
+    asked = {f"--good {req.good}": req.good, f"--bad {req.bad}": req.bad}
+    if req.releases is not None:
+        asked.update({f"--releases {v}": v for v in versions if v not in asked.values()})
+    bisector.check_installable({option: (v, None) for option, v in asked.items()})
+    out(f"bisect {len(keys)} cell(s) over {len(versions)} torch releases: {', '.join(versions)}")
     code = 0
     for key in keys:
         search = bisect(versions, bisector.verdict(key))

@@ -273,28 +273,29 @@ def block_on_drift(cell: CellComparison, settings: Settings) -> None:
 class Coverage:
     """How much of the comparison the gate could make.
 
-    Expected: every cell the baseline has that the candidate planned (a cell on both sides),
-    less the cells skipped on both sides (they run on neither: a GPU cell on a CPU machine).
-    Compared: the expected cells with any verdict but "not comparable". A gate that compared
-    nothing, or less than ``Settings.min_compared`` of the expected cells, cannot say "no
-    regression"."""
+    Expected: every cell either side planned (a cell of the baseline's run, of the candidate's,
+    or of both), less the cells skipped on every side that has them (they run nowhere: a GPU
+    cell on a CPU machine). A cell only one side has is expected and not compared: a baseline
+    that shares 1 of N cells with the candidate is 1 of N, never "1 of 1". Compared: the
+    expected cells with any verdict but "not comparable". A gate that compared nothing, or less
+    than ``Settings.min_compared`` of the expected cells, cannot say "no regression"."""
 
     compared: int
     expected: int
-    skipped_both: int
+    skipped_both: int                 # skipped on every side that has the cell
     why_not: dict[str, int]           # reason → cells of the expected ones not compared
 
     @classmethod
     def of(cls, cells: list[CellComparison]) -> "Coverage":
-        both = [c for c in cells if c.base is not None and c.cand is not None]
-        skipped = [c for c in both if c.base.status is Status.SKIP and c.cand.status is Status.SKIP]
-        expected = [c for c in both if c not in skipped]
+        def skipped(c: CellComparison) -> bool:
+            return all(r.status is Status.SKIP for r in (c.base, c.cand) if r is not None)
+        expected = [c for c in cells if not skipped(c)]
         missing = [c for c in expected if c.verdict is Verdict.NOT_COMPARABLE]
         why: dict[str, int] = {}
         for c in missing:
             reason = c.detail.split(":", 1)[0] if c.detail else "not comparable"
             why[reason] = why.get(reason, 0) + 1
-        return cls(len(expected) - len(missing), len(expected), len(skipped), why)
+        return cls(len(expected) - len(missing), len(expected), len(cells) - len(expected), why)
 
     @property
     def share(self) -> float:
@@ -304,8 +305,8 @@ class Coverage:
         """Why the gate cannot tell (exit 2), or None when enough cells were compared."""
         if self.compared == 0:
             if not self.expected:
-                return ("no cell was comparable: the two sides have no cell in common that ran on "
-                        f"either side ({self.skipped_both} skipped on both)")
+                return ("no cell was comparable: neither side has a cell that ran "
+                        f"({self.skipped_both} skipped on both)")
             return f"no cell was comparable: {self.reasons()}"
         if self.share + 1e-12 < min_share:
             return (f"only {self.compared} of {self.expected} cells were compared "

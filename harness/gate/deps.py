@@ -20,6 +20,7 @@ import yaml
 
 from harness.matrix.config import read_config, shipped_matrix
 from harness.matrix.deps import Pins, find_files, public, read_pins, working_tree_reader
+from harness.matrix.pins import decode, platform
 from harness.matrix.rules import ConfigError
 
 # Companion packages that are torch-entry keys of the matrix file; the others become extras.
@@ -41,13 +42,13 @@ class DepsSides:
     def describe(self) -> str:
         def side(p: Pins) -> str:
             extra = ", ".join(f"{k} {v}" for k, v in sorted(p.companions().items()))
-            return f"torch {p.torch} ({p.sources.get('torch')})" + (f" with {extra}" if extra else "")
+            return f"torch {p.torch} ({p.lines.get('torch')})" + (f" with {extra}" if extra else "")
         return f"baseline {self.base_ref}: {side(self.baseline)}; candidate: {side(self.candidate)}"
 
 
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _git(*args: str, cwd: Path, text: bool = True) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=text)
     except FileNotFoundError:
         raise ConfigError("--from-deps: git is not installed; expected a git checkout") from None
 
@@ -60,8 +61,8 @@ def base_reader(base_ref: str, root: Path):
                           "(fetch the target branch: actions/checkout with fetch-depth: 0)")
 
     def read(path: str) -> str | None:
-        shown = _git("show", f"{base_ref}:./{path}", cwd=root)
-        return shown.stdout if shown.returncode == 0 else None
+        shown = _git("show", f"{base_ref}:./{path}", cwd=root, text=False)
+        return decode(shown.stdout, f"{base_ref}:{path}") if shown.returncode == 0 else None
     return read
 
 
@@ -85,8 +86,10 @@ def read_sides(base_ref: str, root: Path) -> DepsSides:
     for name, pins, where in (("candidate", candidate, "the working tree"), ("baseline", baseline, base_ref)):
         if not pins.torch:
             looked = ", ".join(pins.files) or "no dependency file found"
+            elsewhere = (f"; torch is pinned only for other platforms than this one ({platform()}): "
+                         + ", ".join(pins.other_platforms)) if pins.other_platforms else ""
             raise ConfigError(f"--from-deps: the {name} ({where}) pins no torch release "
-                              f"(read: {looked}); expected torch==VERSION in requirements*.txt, "
+                              f"(read: {looked}){elsewhere}; expected torch==VERSION in requirements*.txt, "
                               "pyproject.toml, uv.lock, poetry.lock or Pipfile.lock")
     return DepsSides(baseline, candidate, base_ref)
 

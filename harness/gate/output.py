@@ -163,7 +163,8 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
                 exit_code: int, current: dict[str, Any], coverage: Coverage | None = None) -> str:
     def side(s: Side) -> dict[str, Any]:
         return {"ref": s.label, "torch": s.torch, "runs": s.runs, "executed": s.executed,
-                "fingerprints": s.fingerprints, **({"subject": s.subject} if s.subject else {})}
+                "fingerprints": s.fingerprints, **({"subject": s.subject} if s.subject else {}),
+                **({"not_reused": [r.to_dict() for r in s.refused]} if s.refused else {})}
 
     data = {
         "schema": 1, "baseline": side(base), "candidate": side(cand),

@@ -165,9 +165,14 @@ def run_package_bisect(req, out=print) -> int:
     keys = select_keys(matrix, held, req.cell, req.config)
     releases = req.releases if req.releases is not None else index_releases(matrix.install.index_url, req.package)
     versions = releases_between(final_releases(releases), req.good, req.bad)
+    bisector = Bisector(matrix, req.config, req.reports, keys, req.provider)
+    # Both ends, and every release the user listed, resolved before anything is built.
+    asked = {f"--good {req.good}": req.good, f"--bad {req.bad}": req.bad}
+    if req.releases is not None:
+        asked.update({f"--releases {v}": v for v in versions if v not in asked.values()})
+    bisector.check_installable({option: (held, with_package(matrix, spec, bump, v)) for option, v in asked.items()})
     out(f"bisect {len(keys)} cell(s) over {len(versions)} {req.package} releases (torch {held} held): "
         f"{', '.join(versions)}")
-    bisector = Bisector(matrix, req.config, req.reports, keys, req.provider)
 
     def verdict(key):
         return lambda v: verdict_of(bisector.records(held, with_package(matrix, spec, bump, v),

@@ -20,7 +20,7 @@ from harness.matrix.config import Matrix, TorchSpec
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint
-from harness.store.reuse import GATE, ReusePolicy, Wanted, is_environment_failure, reuse
+from harness.store.reuse import GATE, Refusal, Reused, ReusePolicy, Wanted, is_environment_failure, reuse
 from harness.store.runs import load_run, resolve_run, write_json_atomic
 
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
@@ -36,6 +36,7 @@ class Side:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)   # run id → fingerprint
     executed: list[str] = field(default_factory=list)        # runs the gate started for this side
     subject: str = ""          # what moved, when not torch: "onnxscript 0.5.0" (gate --package)
+    refused: list[Refusal] = field(default_factory=list)     # stored records not reused, with why
 
     @property
     def title(self) -> str:
@@ -112,7 +113,7 @@ def check_environments(sides: dict[str, Side]) -> None:
 
 def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
                    base_dir: Path | str = ".", policy: ReusePolicy = GATE,
-                   envs: dict[str, str] | None = None) -> tuple[list[Record], dict[str, dict]]:
+                   envs: dict[str, str] | None = None) -> tuple[list[Record], dict[str, dict], Reused]:
     """Newest finished result per planned cell that ``policy`` (``harness.store.reuse``) lets stand
     for it: by default the gate's (same code, case files unchanged, relative names resolved against
     ``base_dir``, the matrix file's folder; no environment failure: those cells run again)."""
@@ -125,7 +126,20 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
     found = reuse(policy, reports, wanted, [c.cell_id for c in plan.cells],
                   damaged=lambda d, exc: print(f"warning: skipping stored run {d.name}: {exc}", file=sys.stderr))
     prints = {rec.run_id: found.runs[cid].fingerprint or {} for cid, rec in found.records.items()}
-    return list(found.records.values()), prints
+    return list(found.records.values()), prints, found
+
+
+def say_refusals(label: str, found: Reused, planned: int) -> None:
+    """One line on what the store held for a side and, where it could not stand for a planned
+    cell, a line per reason with its count and fix (every refusal is in gate.json)."""
+    from harness.console import console
+
+    if not found.refusals:
+        return
+    console.print(f"{label}: {len(found.records)} of {planned} cell(s) from {found.scanned} stored run(s); "
+                  "not reused:", markup=False, highlight=False)
+    for line in found.explain():
+        console.print(f"  {line}", markup=False, highlight=False)
 
 
 def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
@@ -153,8 +167,9 @@ def plan_version_side(version: str, matrix: Matrix, config_path: Path, reports: 
     restricted, plan = version_plan(matrix, version)
     if not plan.cells:
         raise ConfigError(f"{config_path}: no cells for torch {version} (check exclude/include)")
-    records, prints = stored_records(plan, current, reports, config_path.resolve().parent)
-    side = Side(version, version, records, sorted(prints), prints)
+    records, prints, found = stored_records(plan, current, reports, config_path.resolve().parent)
+    say_refusals(f"torch {version}", found, len(plan.cells))
+    side = Side(version, version, records, sorted(prints), prints, refused=found.refusals)
     missing = {c.cell_id for c in plan.cells} - {r.cell_id for r in records}
     return PendingSide(side, restricted, plan.restricted(missing))
 

@@ -11,6 +11,7 @@ import os
 import re
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
+    PrivateAttr,
     AfterValidator,
     BaseModel,
     ConfigDict,
@@ -339,6 +341,12 @@ class Matrix(_Strict):
     runtime_versions: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     runtime_floor: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     deploy: dict[str, RuntimeVersion] = Field(default_factory=dict)
+    # What each `cases:` glob took and left out (config.expand_glob), for `plan` to say.
+    _globs: list[Any] = PrivateAttr(default_factory=list)
+
+    @property
+    def globs(self) -> list[Any]:
+        return self._globs
 
     @field_validator("torch", mode="before")
     @classmethod
@@ -623,7 +631,8 @@ def _load_matrix(path: Path) -> Matrix:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: key '<top>': expected a mapping with keys torch, exporters, opsets, "
                           f"cases (got {type(data).__name__})")
-    data = expand_case_globs(data, path)
+    globs: list[GlobExpansion] = []
+    data = expand_case_globs(data, path, globs)
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
@@ -631,6 +640,7 @@ def _load_matrix(path: Path) -> Matrix:
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply; expected a matrix file (YAML)") from None
     _resolve_case_files(matrix, path)
+    matrix._globs = globs
     return matrix
 
 
@@ -638,31 +648,99 @@ _SKIP_DIRS = {".git", ".venv", "venv", ".envs", ".nox", ".tox", "node_modules", 
               "build", "dist", "__pycache__"}
 
 
-def case_functions(file: Path) -> list[str]:
-    """The functions of ``file`` that look like cases, read with ``ast``: public, top-level,
-    callable without arguments, returning a tuple (model, inputs, ...)."""
+@dataclass
+class GlobExpansion:
+    """What a ``cases:`` glob took (``file.py:function`` references, in order) and the functions
+    it matched but left out, each with the reason."""
+
+    key: str                                   # "cases[2]"
+    pattern: str
+    took: list[str] = field(default_factory=list)
+    left: list[tuple[str, str]] = field(default_factory=list)   # ("file.py:name", why)
+
+    def lines(self) -> list[str]:
+        """What ``plan`` prints: one line per glob, one per function left out (names from the
+        file system shown with their control characters escaped: one line each)."""
+        def shown(text: str) -> str:
+            return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+        out = [f"{self.key} {shown(self.pattern)}: took {len(self.took)} case function(s): "
+               + ", ".join(t.rsplit(":", 1)[1] for t in self.took)]
+        out += [f"  left out {shown(name)}: {shown(why)}" for name, why in self.left]
+        return out
+
+
+def _parse_file(file: Path) -> ast.Module | str:
+    """The module's tree, or why it cannot be read (it is never imported)."""
     try:
-        tree = ast.parse(file.read_bytes(), str(file))
-    except (SyntaxError, OSError, ValueError):
-        return []
-    out = []
+        return ast.parse(file.read_bytes(), str(file))
+    except SyntaxError as exc:
+        return f"it does not parse: {exc.msg} (line {exc.lineno})"
+    except (OSError, ValueError) as exc:
+        return f"it cannot be read ({exc})"
+
+
+def _why_not_a_case(node: ast.AST, private_ok: bool = False) -> str | None:
+    """Why a top-level function cannot be a case (None: it can, whatever its body holds)."""
+    if isinstance(node, ast.AsyncFunctionDef):
+        return "async; a case is called, not awaited"
+    if node.name.startswith("_") and not private_ok:
+        return "private, its name starts with _ (a glob starting with _ takes it)"
+    a = node.args
+    required = [x.arg for x in a.posonlyargs + a.args][: len(a.posonlyargs) + len(a.args) - len(a.defaults)]
+    required += [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    if required:
+        return f"needs arguments ({', '.join(required)}); a case is called with none"
+    return None
+
+
+def case_candidates(file: Path, private_ok: bool = False) -> tuple[list[str], list[tuple[str, str]]]:
+    """The top-level functions of ``file`` (read with ``ast``, never imported): those a glob takes
+    as cases (callable without arguments, public unless ``private_ok``, whatever their body is:
+    one that returns no case is a recorded failure naming it) and those it leaves out, with why."""
+    tree = _parse_file(file)
+    if isinstance(tree, str):
+        return [], [("*", tree)]
+    took, left = [], []
     for node in tree.body:
-        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            why = _why_not_a_case(node, private_ok)
+            if why is None:
+                took.append(node.name)
+            else:
+                left.append((node.name, why))
+    return took, left
+
+
+def case_functions(file: Path) -> list[str]:
+    """The functions a ``file.py:*`` glob takes as cases (see ``case_candidates``)."""
+    return case_candidates(file)[0]
+
+
+def expand_glob(case: str, key: str, base: Path) -> GlobExpansion:
+    """The case functions a ``file-glob:function-glob`` reference stands for, in sorted files,
+    relative to ``base`` (the matrix file's folder) unless absolute, and what it left out."""
+    file_glob, _, func_glob = case.rpartition(":")
+    root, pattern = base, file_glob
+    if Path(file_glob).is_absolute():   # written out as absolute paths, e.g. by the gate
+        root, pattern = Path(Path(file_glob).anchor), str(Path(file_glob).relative_to(Path(file_glob).anchor))
+    out = GlobExpansion(key, case)
+    for file in sorted(root.glob(pattern)):
+        rel = file.relative_to(root)
+        if not file.is_file() or any(p in _SKIP_DIRS or p.startswith(".") for p in rel.parts[:-1]):
             continue
-        a = node.args
-        required = len(a.posonlyargs) + len(a.args) - len(a.defaults) + sum(d is None for d in a.kw_defaults)
-        returns = [n for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
-                   and len(n.value.elts) >= 2]
-        if required == 0 and returns:
-            out.append(node.name)
+        name = str(file) if root is not base else rel.as_posix()
+        took, left = case_candidates(file, private_ok=func_glob.startswith("_"))
+        out.took += [f"{name}:{fn}" for fn in took if fnmatch.fnmatchcase(fn, func_glob)
+                     and f"{name}:{fn}" not in out.took]
+        out.left += [(f"{name}:{fn}", why) for fn, why in left if fn == "*" or fnmatch.fnmatchcase(fn, func_glob)]
     return out
 
 
-def expand_case_globs(data: dict, path: Path) -> dict:
+def expand_case_globs(data: dict, path: Path, expansions: list[GlobExpansion] | None = None) -> dict:
     """``cases: ["models/*.py:*"]``: a case whose file or function part holds a glob (``*``,
-    ``?``, ``[``) stands for every case function (see ``case_functions``) matching it in the
-    files matching it, relative to the matrix file, in sorted order. A glob matching none is an
-    error naming the key."""
+    ``?``, ``[``) stands for every function matching it that a case can be (``case_candidates``)
+    in the files matching it, relative to the matrix file, in sorted order; ``expansions`` gets
+    what each glob took and left out. A glob taking none is an error naming the key."""
     cases = data.get("cases")
     if not isinstance(cases, list):
         return data
@@ -673,22 +751,15 @@ def expand_case_globs(data: dict, path: Path) -> dict:
         if ref is None or not ref.is_file or not re.search(r"[*?\[]", case):
             out.append(case)
             continue
-        file_glob, _, func_glob = case.rpartition(":")
-        root, pattern = base, file_glob
-        if Path(file_glob).is_absolute():   # written out as absolute paths, e.g. by the gate
-            root, pattern = Path(Path(file_glob).anchor), str(Path(file_glob).relative_to(Path(file_glob).anchor))
-        found = []
-        for file in sorted(root.glob(pattern)):
-            rel = file.relative_to(root)
-            if not file.is_file() or any(p in _SKIP_DIRS or p.startswith(".") for p in rel.parts[:-1]):
-                continue
-            name = str(file) if root is not base else rel.as_posix()
-            found += [f"{name}:{fn}" for fn in case_functions(file) if fnmatch.fnmatchcase(fn, func_glob)]
-        if not found:
+        found = expand_glob(case, f"cases[{i}]", base)
+        if not found.took:
+            left = "; ".join(f"{n}: {why}" for n, why in found.left[:5])
             raise ConfigError(f"{path}: key 'cases[{i}]': expected {case!r} to match case functions "
-                              f"(public, no required arguments, returning a tuple) in files under {base}; "
-                              "it matches none")
-        out.extend(f for f in found if f not in out)
+                              f"(top-level, callable without arguments) in files under {base}; it matches "
+                              + (f"none it can take: {left}" if left else "none"))
+        if expansions is not None:
+            expansions.append(found)
+        out.extend(f for f in found.took if f not in out)
     return {**data, "cases": out}
 
 

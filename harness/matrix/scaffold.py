@@ -1,7 +1,8 @@
 """``init``: a starter matrix file and a gate workflow for the repository in the current directory.
 
 The matrix lists the repository's own cases (functions returning a model and its inputs, found
-with ``ast``, never imported) through a ``cases:`` glob per file, or, where there are none, one
+with ``ast``, never imported) through a ``cases:`` glob per file (by name where the file also has
+other functions a glob would take), or, where there are none, one
 example case written beside it: a case for each ``nn.Module`` subclass it can build without
 arguments whose first layer says the input's shape (``Linear``, ``Conv1d/2d/3d``, ``Embedding``),
 else a small MLP to replace. Its torch releases are the one the dependency files pin and the
@@ -10,10 +11,14 @@ newest one this tool was verified with. Nothing existing is overwritten.
 from __future__ import annotations
 
 import ast
+import contextlib
+import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.matrix.config import _SKIP_DIRS, case_functions
+from harness.matrix.config import _SKIP_DIRS, _parse_file, case_functions
 from harness.matrix.deps import find_files, public, read_pins, working_tree_reader
 from harness.matrix.rules import ConfigError
 
@@ -46,6 +51,32 @@ def _mentions_torch(path: Path) -> bool:
         return "torch" in path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+
+
+def _looks_like_case(node: ast.FunctionDef, helpers: set[str]) -> bool:
+    """A function that returns a tuple (model, inputs, ...) or what a helper of its file builds
+    (``return _kv(3)``): what ``init`` lists as a case."""
+    for ret in (n for n in ast.walk(node) if isinstance(n, ast.Return)):
+        if isinstance(ret.value, ast.Tuple) and len(ret.value.elts) >= 2:
+            return True
+        if isinstance(ret.value, ast.Call) and _call_name(ret.value) in helpers:
+            return True
+    return False
+
+
+def _cases_of(root: Path, path: Path) -> list[str]:
+    """``file.py:*`` when every function a glob takes there looks like a case, else the ones that
+    do by name (a glob would also take ``main()``, a recorded failure on every run)."""
+    tree = _parse_file(path)
+    if isinstance(tree, str):
+        return []
+    taken = case_functions(path)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    looking = [f for f in taken if f in defs and _looks_like_case(defs[f], set(defs))]
+    rel = path.relative_to(root).as_posix()
+    if not looking:
+        return []
+    return [f"{rel}:*"] if looking == taken else [f"{rel}:{f}" for f in looking]
 
 
 def _call_name(node: ast.AST) -> str:
@@ -129,13 +160,13 @@ def scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-on
     """What ``init`` writes for the repository at ``root`` (nothing is written here)."""
     notes: list[str] = []
     files = [p for p in _python_files(root) if _mentions_torch(p)]
-    with_cases = [(p, case_functions(p)) for p in files if p.name != EXAMPLE]
-    with_cases = [(p, fns) for p, fns in with_cases if fns]
+    with_cases = [(p, refs) for p in files if p.name != EXAMPLE and (refs := _cases_of(root, p))]
     example = None
     if with_cases:
-        cases = [f"{p.relative_to(root).as_posix()}:*" for p, _ in with_cases]
-        found = sum(len(fns) for _, fns in with_cases)
-        notes.append(f"cases: {found} case function(s) in {', '.join(c.split(':')[0] for c in cases)}")
+        cases = [ref for _, refs in with_cases for ref in refs]
+        found = sum(len(case_functions(p)) if refs[0].endswith(":*") else len(refs) for p, refs in with_cases)
+        notes.append(f"cases: {found} case function(s) in "
+                     f"{', '.join(p.relative_to(root).as_posix() for p, _ in with_cases)}")
     else:
         modules = _modules(root, files)
         example = _example_cases(modules)
@@ -151,8 +182,8 @@ def scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-on
         notes.append(f"torch: no pin found in the dependency files; {NEWEST_TORCH}")
     if NEWEST_TORCH not in torch:
         torch.append(NEWEST_TORCH)
-    quoted = ", ".join(f'"{v}"' for v in torch)
-    case_list = ", ".join(f'"{c}"' for c in cases)
+    quoted = ", ".join(json.dumps(v) for v in torch)        # a JSON string is a YAML string
+    case_list = ", ".join(json.dumps(c) for c in cases)
     matrix = f"""# The torch -> ONNX matrix of this repository (written by `torch-onnx-matrix init`).
 # Every combination of the lists below is a cell: exported, checked, loaded, run at two shapes,
 # compared with torch eager and timed. Reference: the documentation's "The matrix file".
@@ -162,28 +193,99 @@ opsets: [17, 18]
 runtimes: [ort-cpu]
 cases: [{case_list}]   # relative to this file; `file.py:*` is every case function there
 """
+    check_values(matrix_name, tool)
     workflow = (TEMPLATES / "gate-workflow.yml").read_text(encoding="utf-8")
-    workflow = workflow.replace("__MATRIX__", matrix_name).replace("__TOOL__", tool)
+    # Each value one quoted YAML scalar: it can neither end its line nor add a key.
+    workflow = workflow.replace("__MATRIX__", json.dumps(matrix_name)).replace("__TOOL__", json.dumps(tool))
     return Scaffold(matrix, workflow, example, notes)
+
+
+_MATRIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.ya?ml$")
+_TOOL = re.compile(r"^[A-Za-z0-9_.@:/+=~!<>,\[\]#%-]+$")
+
+
+def check_values(matrix_name: str, tool: str) -> None:
+    """``--config`` and ``--tool`` become values in the workflow (a path filter, an environment
+    variable pip reads): a plain file name, and a pip requirement, version or URL without spaces,
+    quotes or a GitHub expression (``${{ }}`` would be evaluated by the runner)."""
+    if not _MATRIX_NAME.match(matrix_name):
+        raise ConfigError(f"init: --config {matrix_name!r}: expected a file name such as matrix.yaml "
+                          "(letters, digits, '.', '_', '-'; ending .yaml or .yml)")
+    if not _TOOL.match(tool) or "${{" in tool or tool.startswith("-"):
+        raise ConfigError(f"init: --tool {tool!r}: expected what pip installs: a package, a pinned version "
+                          "(torch-onnx-matrix==1.2.0) or a URL (git+https://...), without spaces or quotes")
+
+
+def _target_problem(root: Path, path: Path) -> str | None:
+    """Why ``init`` may not write ``path`` (None: it may): a folder on the way that is a file, a
+    symbolic link (dangling or not) that leads out of the repository, nothing writable there."""
+    rel = path.relative_to(root)
+    for i in range(1, len(rel.parts) + 1):
+        here = root.joinpath(*rel.parts[:i])
+        if here.is_symlink() or here.exists():
+            real = Path(os.path.realpath(here))
+            if not real.is_relative_to(Path(os.path.realpath(root))):
+                return f"{here.relative_to(root)} is a symbolic link to {real}, outside the repository"
+            if i < len(rel.parts) and not here.is_dir():
+                return f"{here.relative_to(root)} is a file; expected a folder there (or nothing)"
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _write_all(root: Path, targets: list[tuple[Path, str]]) -> None:
+    """Write every target or none: each to a temporary file beside it, then all moved into place;
+    on a failure the temporary files and the folders made for them are removed."""
+    made: list[Path] = []
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, text in targets:
+            missing = [p for p in reversed(path.parents) if p.is_relative_to(root) and not p.exists()]
+            for folder in missing:
+                folder.mkdir()
+                made.append(folder)
+            tmp = path.with_name(f".{path.name}.init-tmp")
+            tmp.write_text(text, encoding="utf-8")
+            written.append((tmp, path))
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise ConfigError(f"init: cannot write {exc.filename or root}: {exc.strerror or exc}; nothing was "
+                          "written") from None
+
+
+def _ignores_reports(root: Path) -> bool:
+    ignore = root / ".gitignore"
+    try:
+        text = ignore.read_bytes().decode("utf-8", errors="replace") if ignore.is_file() else ""
+    except OSError:
+        return False
+    return any(line.strip().strip("/") == "reports" for line in text.splitlines())
 
 
 def write_scaffold(root: Path, matrix_name: str = "matrix.yaml", tool: str = "torch-onnx-matrix",
                    force: bool = False) -> list[str]:
-    """Write the matrix file, the workflow and (when needed) the example cases; the lines to print."""
+    """Write the matrix file, the workflow and (when needed) the example cases, all of them or
+    none (exit 2 naming why, before anything is written); the lines to print."""
+    root = Path(root)
     plan = scaffold(root, matrix_name, tool)
     targets = [(root / matrix_name, plan.matrix), (root / WORKFLOW, plan.workflow)]
     if plan.example is not None:
         targets.append((root / EXAMPLE, plan.example))
+    problems = [why for p, _ in targets if (why := _target_problem(root, p))]
+    if problems:
+        raise ConfigError(f"init: {'; '.join(dict.fromkeys(problems))}; nothing was written")
     existing = [str(p.relative_to(root)) for p, _ in targets if p.exists()]
     if existing and not force:
         raise ConfigError(f"init: {', '.join(existing)} already exist(s); expected a repository "
                           "without them (--force overwrites)")
-    out = []
-    for path, text in targets:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        out.append(f"wrote {path.relative_to(root)}")
-    ignore = root / ".gitignore"
-    if not (ignore.is_file() and any(line.strip().strip("/") == "reports" for line in ignore.read_text().splitlines())):
+    if not _ignores_reports(root):
         plan.notes.append("reports/ will hold the results store: add it to .gitignore")
-    return out + plan.notes
+    _write_all(root, targets)
+    return [f"wrote {p.relative_to(root)}" for p, _ in targets] + plan.notes

@@ -7,6 +7,8 @@ it did: each function returns nothing for it.
 """
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +102,11 @@ def bundle_files(run_dir: Path, rec: Record) -> list[dict[str, Any]] | None:
             break
     else:
         return None
+    # Relative to the page even outside the run (never a file: link, which pages do not hold).
     try:
-        rel = folder.resolve().relative_to(run_dir.resolve()).as_posix()
-        base = rel + "/"
+        base = Path(os.path.relpath(folder.resolve(), run_dir.resolve())).as_posix() + "/"
     except ValueError:
-        base = folder.resolve().as_uri() + "/"
+        return None     # another drive: no relative link exists
     return [{"name": f.name, "href": base + f.name, "bytes": f.stat().st_size}
             for f in sorted(folder.iterdir()) if f.is_file()]
 

@@ -26,7 +26,7 @@ from harness.core.cell import CellKey
 from harness.core.record import Record, count_by_status
 from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS
-from harness.store.nights import Night, night_files, read_nights
+from harness.store.nights import Night, NightScan, scan_nights
 
 # One character per night in a trend strip; "-": the cell was not in that night's run.
 CODES = {Status.PASS: "p", Status.FAIL: "f", Status.CRASH: "c", Status.TIMEOUT: "t",
@@ -264,7 +264,9 @@ def _change_dict(c: Change) -> dict[str, Any]:
 def page_data(history: History, fresh: Freshness) -> dict[str, Any]:
     """Everything the history page's script draws: nights, cells with strips and streaks."""
     newest = history.newest.date if history.newest else dt.date.today()
-    nights = [{"night": n.night, "started": n.started, "outcome": n.outcome, "url": n.url,
+    from harness.report.html import safe_href
+
+    nights = [{"night": n.night, "started": n.started, "outcome": n.outcome, "url": safe_href(n.url),
                "counts": {k: v for k, v in count_by_status(n.to_records()).items() if v},
                "href": f"nights/{n.night}.html"} for n in history.nights]
     cells = [{"id": c.cell_id, **_key_dict(c.torch, c.key), "strip": c.strip, "status": c.status,
@@ -316,17 +318,22 @@ def _stamp_of(page: Path) -> str | None:
 
 
 def write_history_site(nights_dir: Path, site: Path, max_age_h: float = DEFAULT_MAX_AGE_H,
-                       now: float | None = None) -> Path:
-    """The published site: index.html (the history) and one page per night; returns index.html."""
-    from harness.report.aggregate import records_frame
-    from harness.report.html import _asset, _env, _when, render_run_html, script_json
+                       now: float | None = None, scan: NightScan | None = None) -> Path:
+    """The published site: index.html (the history) and one page per night; returns index.html.
+    ``scan``: the nights already read (a damaged night file is left out, named on stderr)."""
+    import sys
 
-    nights = read_nights(nights_dir)
+    from harness.report.aggregate import records_frame
+    from harness.report.html import _asset, _when, render_page, render_run_html, script_json
+
+    if scan is None:
+        scan = scan_nights(nights_dir, warn=lambda line: print(line, file=sys.stderr))
+    nights = scan.nights
     history = build_history(nights)
     fresh = freshness(nights, max_age_h, now)
     (site / "nights").mkdir(parents=True, exist_ok=True)
     (site / ".nojekyll").write_text("")
-    files = night_files(nights_dir)
+    files = [n.source for n in nights]
     renderer = _renderer_digest()
     for i, night in enumerate(nights):
         if not night.records:
@@ -350,8 +357,8 @@ def write_history_site(nights_dir: Path, site: Path, max_age_h: float = DEFAULT_
     last = [_change_dict(c) for c in changes(history, ran[-2], ran[-1])] if len(ran) > 1 else None
     week_i = week_before(history)
     week = [_change_dict(c) for c in changes(history, week_i, ran[-1])] if week_i is not None else None
-    html = _env.get_template("history.html.j2").render(
-        fresh=fresh, nights=list(reversed(nights)), updated=_when(time.time() if now is None else now),
+    html = render_page(
+        "history.html.j2", fresh=fresh, nights=list(reversed(nights)), updated=_when(time.time() if now is None else now),
         when=_when, since_last=last, since_week=week,
         previous=nights[ran[-2]].night if len(ran) > 1 else None, newest_ran=nights[ran[-1]].night if ran else None,
         week_night=nights[week_i].night if week_i is not None else None,

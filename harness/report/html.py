@@ -21,7 +21,7 @@ from markupsafe import Markup
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.core.text import ENCODE_ERRORS
+from harness.core.text import ENCODE_ERRORS, bounded_name
 from harness.report import diagnosis, plots
 from harness.report.floors import floor_rows
 from harness.report.aggregate import (
@@ -65,6 +65,33 @@ SEVERITY = {s.value: i for i, s in enumerate((S.CRASH, S.TIMEOUT, S.FAIL, S.XPAS
 _env = Environment(loader=PackageLoader("harness.report", "templates"),
                    autoescape=select_autoescape(["html", "j2"], default=True),
                    trim_blocks=True, lstrip_blocks=True)
+# Control characters (NUL, escape, C1) never reach a page raw: shown as \xNN text.
+_PAGE_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def safe_href(url: Any) -> str | None:
+    """A link a page may hold: http(s), or relative to the page (a path, a fragment); None for
+    anything else (``javascript:``, ``data:``, ``file:``, a scheme hidden by whitespace or
+    control characters, a host-relative ``//host``)."""
+    if not isinstance(url, str) or not url.strip():
+        return None
+    bare = re.sub(r"[\x00-\x20\x7f]", "", url)       # what a browser ignores while it reads a scheme
+    if bare.startswith(("//", "\\\\", "/\\", "\\/")):
+        return None
+    if _SCHEME.match(bare) or ":" in bare.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
+        return url.strip() if re.match(r"^https?://", bare, re.IGNORECASE) else None
+    return url.strip()
+
+
+_env.filters["href"] = safe_href
+
+
+def render_page(template: str, **context: Any) -> str:
+    """A template rendered as a page: autoescaped, links through ``safe_href`` (the ``href``
+    filter), and no raw control character anywhere in it."""
+    html = _env.get_template(template).render(**context)
+    return _PAGE_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", html)
 
 
 def script_json(data: Any) -> Markup:
@@ -208,8 +235,8 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     changes = status_changes(previous[1], df) if previous is not None else None
     extras = diagnosis.cell_extras(run_dir, records)
     blamed = any(r.blame for r in records)
-    return _env.get_template("run.html.j2").render(
-        meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
+    return render_page(
+        "run.html.j2", meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
         legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
         overview=overview_context(df),
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
@@ -234,8 +261,8 @@ def render_index_html(reports: Path, run_href: Any) -> str:
     entries = list(reversed(read_index(reports)))
     hist = history(reports)
     rates = {(r.run_id, r.torch): r.pass_rate for r in hist.itertuples()}
-    return _env.get_template("index.html.j2").render(
-        entries=entries, run_href=run_href, rates=rates, when=_when,
+    return render_page(
+        "index.html.j2", entries=entries, run_href=run_href, rates=rates, when=_when,
         torches=sorted_torch(hist["torch"]) if not hist.empty else [],
         plot=_plot_uri(plots.history_plot(hist)), css=_asset("report.css"))
 
@@ -290,7 +317,10 @@ def write_site(reports: Path, site: Path) -> Path:
         previous = previous_run(meta, records_frame(records), reports) if records else None
         html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records),
                                "../index.html")
-        (site / "runs" / f"{entry['run_id']}.html").write_text(html, encoding="utf-8", errors=ENCODE_ERRORS)
+        # A file name made from the id (never a path: an index entry is data).
+        (site / "runs" / f"{bounded_name(entry['run_id'])}.html").write_text(html, encoding="utf-8",
+                                                                           errors=ENCODE_ERRORS)
     index = site / "index.html"
-    index.write_text(render_index_html(reports, lambda e: f"runs/{e['run_id']}.html"), encoding="utf-8", errors=ENCODE_ERRORS)
+    index.write_text(render_index_html(reports, lambda e: f"runs/{bounded_name(e['run_id'])}.html"),
+                     encoding="utf-8", errors=ENCODE_ERRORS)
     return index

@@ -99,7 +99,12 @@ def build_case(name: str, ref: str, base_dir: Path | None = None,
     check_requirements(fn)
     torch.manual_seed(0)
     try:
-        model, example, dims, second = parse_result(name, fn())
+        result = fn()
+        try:
+            model, example, dims, second = parse_result(name, result)
+        except TypeError as exc:
+            # A function a `cases:` glob took whatever its body: say which one returned no case.
+            raise TypeError(f"{exc} (the function {ref})") from None
         if second is None:
             second = getattr(fn, "second_inputs", None)
             second = second() if callable(second) else second

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import platform
 import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.core.text import ENCODE_ERRORS
+from harness.core.text import ENCODE_ERRORS, md_code, md_fenced, md_text, safe_text
 from harness.core.cell import CaseRef
 from harness.core.record import Record
 
@@ -119,11 +120,22 @@ def export_call_source(spec: Any, args: tuple, kwargs: dict[str, Any], var: str 
 
 # ---- the script --------------------------------------------------------------------------------
 
-_HEAD = '''"""Reproduces {cell}: {stage} fails.
+def _literal(value: Any) -> str:
+    """Python source of a value from the run (a path, a name, an error): built by ``repr`` only,
+    so no byte of it (a newline, a NUL, ``C:\\Users``) is ever code; floats as ``float('nan')``
+    where ``repr`` is no literal."""
+    if isinstance(value, float) or (not isinstance(value, bool) and hasattr(value, "__float__")
+                                     and not isinstance(value, (int, str))):
+        value = float(value)
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    return repr(safe_text(str(value)))
 
-{error}
 
-Self-contained: torch, numpy, onnx and the runtime ({runtime}); run it from this folder with
+_HEAD = '''"""Reproduces a cell of the torch -> ONNX matrix where it failed (CELL, STAGE, ERROR below).
+
+Self-contained: torch, numpy, onnx and the runtime (RUNTIME below); run it from this folder with
 `python repro.py`. Exit status 1 and the traceback of what failed where it reproduces; 0 where
 it does not.
 """
@@ -136,11 +148,18 @@ import numpy as np
 import onnx
 import torch
 
+# What failed, as recorded (text from the run: string literals only).
+CELL = {cell}
+STAGE = {stage}
+RUNTIME = {runtime}
+ERROR = {error}
+
 HERE = Path(__file__).resolve().parent
-# The case's source, copied beside this script (originally {case_file})
+# The case's source, copied beside this script from ORIGINAL_CASE_FILE.
+ORIGINAL_CASE_FILE = {case_file}
 CASE_FILE = HERE / "case_source.py"
-CASE_FUNCTION = {case_fn!r}
-ATOL, RTOL = {atol!r}, {rtol!r}
+CASE_FUNCTION = {case_fn}
+ATOL, RTOL = {atol}, {rtol}
 
 
 def stage(name):
@@ -289,10 +308,13 @@ def repro_script(ctx: Any, cell: Any, rec: Record, copy_to: Path | None = None) 
     if src.dims:
         dims += "    DIMS = {" + ", ".join(f"{k!r}: {v}" for k, v in sorted(src.dims.items())) + "}\n"
     stage_runtime = _runtime_code(rec, cell, ctx.job.threads)
-    return _HEAD.format(cell=rec.cell_id, stage=rec.stage, error=(rec.error or "").replace('"""', "'''"),
-                        runtime=rec.runtime, case_file=case_file, case_fn=case_fn, atol=spec.atol,
-                        rtol=spec.rtol, dims=dims, args=args_src, kwargs=kwargs_src,
-                        shapes="[" + ", ".join(shapes) + "]", loads=loads, npz_files=npz, runtime_code=stage_runtime)
+    source = _HEAD.format(cell=_literal(rec.cell_id), stage=_literal(rec.stage), error=_literal(rec.error or ""),
+                          runtime=_literal(rec.runtime), case_file=_literal(case_file), case_fn=_literal(case_fn),
+                          atol=_literal(spec.atol), rtol=_literal(spec.rtol), dims=dims, args=args_src,
+                          kwargs=kwargs_src, shapes="[" + ", ".join(shapes) + "]", loads=loads, npz_files=npz,
+                          runtime_code=stage_runtime)
+    compile(source, REPRO, "exec")   # NotScriptable-free by construction; a SyntaxError is a bug here
+    return source
 
 
 # ---- ONNX test data, ISSUE.md ------------------------------------------------------------------
@@ -324,40 +346,46 @@ def _versions_table(rec: Record) -> str:
     rows += [("runtime", f"{rec.runtime} {rec.versions.get('runtime') or ''}".strip()),
              ("python", rec.versions.get("python") or platform.python_version()),
              ("OS", platform.platform()), ("CPU", platform.processor() or platform.machine())]
-    return "| package | version |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return "| package | version |\n| --- | --- |\n" + "\n".join(f"| {md_text(k)} | {md_text(v)} |" for k, v in rows)
+
+
+_WHAT = {"export": "torch.onnx.export fails", "check": "the exported file fails the ONNX checker",
+         "load": "{runtime} cannot load the exported file", "run": "{runtime} fails to run the exported file",
+         "parity": "{runtime} returns values that differ from torch eager"}
 
 
 def issue_text(rec: Record, repro_note: str | None, data_sets: list[str],
                tolerance: tuple[Any, Any] = (None, None)) -> str:
+    """ISSUE.md: every text from the run (names, errors, blame, paths) either escaped on one line
+    (``md_text``: no raw HTML or control character) or verbatim inside a code block whose fence
+    no backtick run in it can close (``md_fenced``)."""
     blame = rec.blame
-    party = blame.party if blame else "unknown"
-    where = f" · report to {blame.repository}" if blame and blame.repository else ""
-    what = {"export": "torch.onnx.export fails", "check": "the exported file fails the ONNX checker",
-            "load": f"{rec.runtime} cannot load the exported file", "run": f"{rec.runtime} fails to run the exported file",
-            "parity": f"{rec.runtime} returns values that differ from torch eager"}.get(rec.stage or "", "fails")
+    party = md_text(blame.party if blame else "unknown")
+    where = f" · report to {md_text(blame.repository)}" if blame and blame.repository else ""
+    what = _WHAT.get(rec.stage or "", "fails").format(runtime=rec.runtime)
     title = f"[{rec.exporter} exporter, opset {rec.opset}] {rec.case}: {what} (torch {rec.torch})"
-    lines = [f"# {title}", "", f"Blamed party: **{party}**{where}.", "", "## Versions", "",
-             _versions_table(rec), "", "## Error", "", "```", rec.error or "", "```", ""]
+    lines = [f"# {md_text(title)}", "", f"Blamed party: **{party}**{where}.", "", "## Versions", "",
+             _versions_table(rec), "", "## Error", "", *md_fenced(rec.error or ""), ""]
     if blame:
-        lines += ["## Whose bug it is", "", blame.reason, ""]
+        lines += ["## Whose bug it is", "", md_text(blame.reason), ""]
         if blame.source:
-            lines += [f"Source line: `{blame.source}`", ""]
+            lines += ["Source line:", "", *md_fenced(blame.source), ""]
         if blame.evidence:
             lines += ["| check | outcome | detail |", "| --- | --- | --- |"]
-            lines += [f"| {r.get('rung')} | {r.get('outcome')} | {str(r.get('detail', '')).replace('|', '/')[:200]} |"
+            lines += [f"| {md_text(r.get('rung'))} | {md_text(r.get('outcome'))} | {md_text(r.get('detail', ''), 200)} |"
                       for r in blame.evidence]
             lines.append("")
         if blame.divergence:
             d = blame.divergence
             lines += ["## First diverging node", ""]
             if d.get("node"):
-                lines.append(f"ONNX node `{d['node']}` ({d.get('op')}), from `{d.get('aten')}` in "
-                             f"`{d.get('module')}`: max_abs {d.get('max_abs')} (first of {d.get('compared')} "
-                             f"values compared in graph order)")
+                lines.append(f"ONNX node {md_code(d['node'])} ({md_text(d.get('op'))}), from {md_code(d.get('aten'))} "
+                             f"in {md_code(d.get('module'))}: max_abs {md_text(d.get('max_abs'))} (first of "
+                             f"{md_text(d.get('compared'))} values compared in graph order)")
                 if d.get("source"):
-                    lines += ["", "```", d["source"], "```"]
+                    lines += ["", *md_fenced(d["source"])]
             else:
-                lines.append(d.get("reason", ""))
+                lines.append(md_text(d.get("reason", "")))
             lines.append("")
     lines += ["## Steps", ""]
     if repro_note is None:
@@ -365,9 +393,9 @@ def issue_text(rec: Record, repro_note: str | None, data_sets: list[str],
                   "`repro.py` builds the model from the case's source (`case_source.py`), loads `inputs.npz`, exports with "
                   "the same `torch.onnx.export` arguments, runs the runtime and compares with eager.", ""]
     else:
-        lines += [f"No `repro.py` for this cell: {repro_note}. `model.onnx` and `inputs.npz` are attached.", ""]
+        lines += [f"No `repro.py` for this cell: {md_text(repro_note)}. `model.onnx` and `inputs.npz` are attached.", ""]
     if data_sets:
-        lines += [f"Inputs and eager outputs in ONNX's test-data layout: {', '.join(f'`{d}/`' for d in data_sets)} "
+        lines += [f"Inputs and eager outputs in ONNX's test-data layout: {', '.join(md_code(d + '/') for d in data_sets)} "
                   "(`input_N.pb`, `output_N.pb`).", ""]
     if rec.graph.get("reduced"):
         lines += ["The smallest failing graph: `reduced.onnx` with `reduced_inputs.npz`.", ""]
@@ -375,7 +403,7 @@ def issue_text(rec: Record, repro_note: str | None, data_sets: list[str],
               {"export": "The model exports (it runs in torch eager at these inputs).",
                "check": "The exported file passes `onnx.checker.check_model(full_check=True)`.",
                }.get(rec.stage or "", f"The runtime loads and runs the file and matches torch eager within "
-                                      f"atol={tolerance[0]} rtol={tolerance[1]} at every shape."), ""]
+                                      f"atol={md_text(tolerance[0])} rtol={md_text(tolerance[1])} at every shape."), ""]
     return "\n".join(lines)
 
 

@@ -222,7 +222,9 @@ class CellCache:
         self.stale: dict[str, list[str]] = {}   # cell id → its case files changed since (last lookup)
 
     # -- the index --------------------------------------------------------------------------
-    def _read(self) -> dict[str, dict[str, str]] | None:
+    def _read(self, adding: Path | None = None) -> dict[str, dict[str, str]] | None:
+        """The index's entries; None (with a warning saying why) when it must be rebuilt.
+        ``adding``: the run about to be indexed (its finishing after the index is expected)."""
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -233,15 +235,16 @@ class CellCache:
         if not isinstance(data, dict) or data.get("schema") != INDEX_SCHEMA or not isinstance(data.get("keys"), dict):
             self.warn(f"warning: {self.path}: not a cell-cache index of schema {INDEX_SCHEMA}; rebuilding it")
             return None
-        if why := self._wrong(data):
+        if why := self._wrong(data, adding):
             self.warn(f"warning: {self.path}: {why}; rebuilding it from the stored runs")
             return None
         return data["keys"]
 
-    def _wrong(self, data: dict[str, Any]) -> str | None:
+    def _wrong(self, data: dict[str, Any], adding: Path | None = None) -> str | None:
         """What is wrong in an index that parses (None: nothing): an entry that is not one (a run
         directory outside the store, fields missing), no time of writing, or no entries although
-        a run finished after it was written (an index written by hand, or from another store)."""
+        a run finished after it was written (an index written by hand, or from another store),
+        other than ``adding``: a new store's first run finishes after its empty index."""
         updated = data.get("updated")
         if not isinstance(updated, (int, float)) or isinstance(updated, bool):
             return f"'updated' is {updated!r}, not the time it was written"
@@ -254,7 +257,10 @@ class CellCache:
             if not ok:
                 return f"entry {key[:40]!r} is not a cell key → {{run, dir, cell}} of a run in the store"
         if not data["keys"]:
+            adding = Path(adding).resolve() if adding is not None else None
             for run_dir in list_runs(self.reports):
+                if adding is not None and Path(run_dir).resolve() == adding:
+                    continue
                 try:
                     meta = read_run_meta(run_dir)
                 except (SchemaError, ValueError, OSError):
@@ -310,7 +316,7 @@ class CellCache:
         except ValueError:
             return 0
         with FileLock(str(self.reports / LOCK_FILE)):
-            keys = self._read()
+            keys = self._read(adding=run_dir)
             if keys is None:
                 keys = self.rebuild()       # holds this run too
                 mine = {k for k, e in keys.items() if (self.reports / e["dir"]).resolve() == Path(run_dir).resolve()}

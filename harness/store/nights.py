@@ -10,22 +10,28 @@ latency samples (those stay workflow artifacts with their retention, linked by `
 - ``outcome``: how the nightly that produced it ended (``success``, ``failure``, ...) and ``url``;
 - ``environments``: per environment of the run, its installed packages (``name → version``), which
   name the torch, companion and runtime versions that changed between two nights;
-- ``records``: every record without its log, bundle, timing samples and per-shape details.
+- ``records``: every record without its log, bundle, timing samples and per-shape details;
+- ``config``, ``matrix_hash``: the run's matrix file and hash (nights appended since they exist).
 
-Written gzip-compressed with a fixed header (no name or time in it), keys sorted.
+Read, a night is validated against its file and the clock: its ``night`` is its file's name (so
+it never names a path), no date or time lies in the future, every field has its type and every
+record is one; its JSON is inflated no further than ``MAX_NIGHT_JSON``. ``scan_nights`` names a
+file that fails and skips it (one damaged old night never stops the history). Nights are added by
+``harness.store.nights_append``.
 """
 from __future__ import annotations
 
 import datetime as dt
 import gzip
-import io
 import json
-import os
+import math
 import re
 import time
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness.core.record import Record, SchemaError
 from harness.core.run import RunMeta
@@ -34,10 +40,12 @@ from harness.matrix.rules import ConfigError
 NIGHT_SCHEMA = 1
 SUFFIX = ".json.gz"
 NIGHT_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}(\.\d+)?$")
-# Record fields a night leaves out: where the run's files were, and per-sample detail.
-DROPPED = ("log", "bundle", "repro", "graph", "duration_s", "notes", "cache_key", "finished_at")
-ERROR_CHARS = 600
 OUTCOMES = ("success", "failure", "cancelled", "skipped", "unknown")
+# A night's JSON is read up to this size and refused beyond it, without inflating the rest (a
+# night of the default matrix is ~1 MiB of JSON, 50-70 KiB compressed).
+MAX_NIGHT_JSON = 64 * 2**20
+# How far ahead of this machine's clock a night's start may be (another machine's clock).
+CLOCK_SKEW_S = 600.0
 
 
 @dataclass
@@ -54,13 +62,19 @@ class Night:
     environments: dict[str, dict[str, str]] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     schema: int = NIGHT_SCHEMA
+    config: str = ""            # the matrix file of the run (as run.json names it)
+    matrix_hash: str = ""
+    source: Path | None = field(default=None, compare=False, repr=False)    # the file it was read from
+    _parsed: list[Record] | None = field(default=None, compare=False, repr=False)
 
     @property
     def date(self) -> dt.date:
         return dt.date.fromisoformat(self.night.split(".")[0])
 
     def to_records(self) -> list[Record]:
-        return [Record.from_dict(r) for r in self.records]
+        if self._parsed is None:
+            self._parsed = [Record.from_dict(r) for r in self.records]
+        return list(self._parsed)
 
     def meta(self) -> RunMeta:
         """A run's metadata as far as a night keeps it (for the run page of that night)."""
@@ -68,47 +82,74 @@ class Night:
                        config=f"night {self.night}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema, "night": self.night, "run_id": self.run_id, "started": self.started,
-                "ended": self.ended, "recorded": self.recorded, "outcome": self.outcome, "url": self.url,
-                "environments": self.environments, "records": self.records}
+        out = {"schema": self.schema, "night": self.night, "run_id": self.run_id, "started": self.started,
+               "ended": self.ended, "recorded": self.recorded, "outcome": self.outcome, "url": self.url,
+               "environments": self.environments, "records": self.records}
+        return {**out, **{k: v for k, v in (("config", self.config), ("matrix_hash", self.matrix_hash)) if v}}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> "Night":
+    def from_dict(cls, data: Any, where: str, name: str | None = None, now: float | None = None) -> Night:
+        """A night, validated: every field of its type, its name ``name`` (the file's), nothing
+        in the future, every record a record (``SchemaError`` naming ``where`` otherwise)."""
         if not isinstance(data, dict) or not isinstance(data.get("night"), str) \
                 or not isinstance(data.get("records"), list) or not isinstance(data.get("run_id"), str):
             raise SchemaError(f"{where}: not a night (expected an object with 'night', 'run_id' and "
                               "a list 'records')")
-        if int(data.get("schema", 1)) > NIGHT_SCHEMA:
-            raise SchemaError(f"{where}: written by a newer harness (night schema {data['schema']}); "
+        schema = data.get("schema", 1)
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+            raise SchemaError(f"{where}: key 'schema': expected a night schema number (got {schema!r})")
+        if schema > NIGHT_SCHEMA:
+            raise SchemaError(f"{where}: written by a newer harness (night schema {schema}); "
                               "upgrade to read it")
         keys = ("night", "run_id", "started", "ended", "recorded", "outcome", "url", "environments",
-                "records", "schema")
-        return cls(**{k: data[k] for k in keys if k in data})
+                "records", "schema", "config", "matrix_hash")
+        night = cls(**{k: data[k] for k in keys if k in data})
+        if problem := night.problem(name, now):
+            raise SchemaError(f"{where}: {problem}")
+        parsed = []
+        for i, rec in enumerate(night.records):
+            try:
+                parsed.append(Record.from_dict(rec))
+            except SchemaError as exc:
+                raise SchemaError(f"{where}: key 'records[{i}]': {exc}") from None
+        night._parsed = parsed
+        return night
+
+    def problem(self, name: str | None = None, now: float | None = None) -> str | None:
+        """What makes this night unreadable as history (None: nothing)."""
+        if not valid_night(self.night):
+            return f"key 'night': expected a date YYYY-MM-DD[.N] (got {self.night!r})"
+        if name is not None and self.night != name:
+            return f"key 'night' is {self.night!r}, not the file's name {name!r}"
+        limit = (time.time() if now is None else now) + CLOCK_SKEW_S
+        for key in ("started", "recorded", "ended"):
+            value = getattr(self, key)
+            if value is None and key == "ended":
+                continue
+            if not _finite(value):
+                return f"key '{key}': expected a time in seconds since 1970 (got {value!r})"
+            if value > limit:
+                return f"key '{key}': {_utc(value)} is in the future (now {_utc(limit - CLOCK_SKEW_S)})"
+        if self.date > dt.datetime.fromtimestamp(limit, dt.timezone.utc).date():
+            return f"night {self.night} is a date in the future"
+        if self.outcome not in OUTCOMES:
+            return f"key 'outcome': expected one of {', '.join(OUTCOMES)} (got {self.outcome!r})"
+        if not isinstance(self.config, str) or not isinstance(self.matrix_hash, str):
+            return "keys 'config' and 'matrix_hash': expected text"
+        if self.url is not None and not isinstance(self.url, str):
+            return f"key 'url': expected a link or null (got {type(self.url).__name__})"
+        if not isinstance(self.environments, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, str) for x in v.values()) for v in self.environments.values()):
+            return "key 'environments': expected {environment: {package: version}}"
+        return None
 
 
-def compact_record(rec: Record) -> dict[str, Any]:
-    """A record as a night keeps it: identity, verdict, parity and latency summaries, versions."""
-    out = rec.to_dict()
-    for name in DROPPED:
-        out.pop(name, None)
-    if isinstance(out.get("error"), str) and len(out["error"]) > ERROR_CHARS:
-        out["error"] = out["error"][:ERROR_CHARS] + "…"
-    out["latency_ms"] = rec.latency_ms.to_dict(samples=False)
-    out["parity"] = {k: v for k, v in rec.parity.to_dict().items() if k != "shapes"}
-    if rec.blame is not None:
-        out["blame"] = {k: v for k, v in rec.blame.to_dict().items() if k in ("party", "reason", "repository")}
-    return {k: v for k, v in out.items() if v not in (None, {}, [])}
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def installed_versions(meta: RunMeta) -> dict[str, dict[str, str]]:
-    """Per environment: the packages it had installed (``name → version``), from run.json."""
-    out: dict[str, dict[str, str]] = {}
-    for name, marker in sorted(meta.environments.items()):
-        if not isinstance(marker, dict):
-            continue
-        pins = marker.get("installed") or marker.get("packages") or []
-        out[name] = dict(sorted(p.split("==", 1) for p in pins if isinstance(p, str) and "==" in p))
-    return out
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
 
 
 def valid_night(name: str) -> bool:
@@ -126,30 +167,77 @@ def night_path(nights: Path, name: str) -> Path:
     return Path(nights) / f"{name}{SUFFIX}"
 
 
-def _dumps(night: Night) -> bytes:
-    buf = io.BytesIO()
-    # mtime=0 and no file name: the same night gives the same bytes (git stores it once).
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="", compresslevel=9) as gz:
-        gz.write(json.dumps(night.to_dict(), sort_keys=True, separators=(",", ":"), default=str).encode())
-    return buf.getvalue()
+def _inflate(path: Path) -> bytes:
+    """The JSON a night file holds, inflated no further than ``MAX_NIGHT_JSON``: a small file
+    holding a huge document is refused by its size, not read whole."""
+    with path.open("rb") as fh, gzip.GzipFile(fileobj=fh) as gz:
+        data = gz.read(MAX_NIGHT_JSON + 1)
+    if len(data) > MAX_NIGHT_JSON:
+        raise SchemaError(f"{path}: holds more than {MAX_NIGHT_JSON // 2**20} MiB of JSON; expected a night "
+                          "file (a night of the default matrix is about 1 MiB)")
+    return data
 
 
-def read_night(path: Path) -> Night:
+def read_night(path: Path, now: float | None = None) -> Night:
+    """One night file, validated against its name and the clock (``SchemaError`` naming it)."""
     path = Path(path)
     try:
-        data = json.loads(gzip.decompress(path.read_bytes()))
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(_inflate(path))
+    except SchemaError:
+        raise
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, zlib.error, RecursionError) as exc:
         raise SchemaError(f"{path}: not a gzip-compressed JSON night ({exc})") from None
-    return Night.from_dict(data, str(path))
+    night = Night.from_dict(data, str(path), path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else None, now)
+    night.source = path
+    return night
+
+
+def nights_folder(nights: Path, option: str = "--nights") -> Path:
+    """``nights`` as a folder of night files (it need not exist yet); a file there is bad input."""
+    nights = Path(nights)
+    if nights.exists() and not nights.is_dir():
+        raise ConfigError(f"{option} {nights}: is a file; expected a folder of night files")
+    return nights
 
 
 def night_files(nights: Path) -> list[Path]:
     """Every night file, oldest first (by name: the date, then a second run's ``.N``)."""
-    nights = Path(nights)
+    nights = nights_folder(nights)
     if not nights.is_dir():
         return []
     files = [p for p in nights.iterdir() if p.name.endswith(SUFFIX) and valid_night(p.name[:-len(SUFFIX)])]
     return sorted(files, key=lambda p: _order(p.name[:-len(SUFFIX)]))
+
+
+@dataclass
+class NightScan:
+    """The readable nights of a folder (oldest first) and the files that are not, each with why."""
+
+    nights: list[Night]
+    damaged: list[tuple[Path, str]]
+    files: list[Path]
+
+    @property
+    def newest_damaged(self) -> str | None:
+        """Why the newest night file cannot be read (None: it can, or there is none)."""
+        if self.files and self.damaged and self.damaged[-1][0] == self.files[-1]:
+            return self.damaged[-1][1]
+        return None
+
+
+def scan_nights(nights: Path, warn: Callable[[str], None] | None = None, now: float | None = None) -> NightScan:
+    """Every night of a folder; one that cannot be read is named to ``warn`` and skipped (an old
+    damaged night never stops the history)."""
+    files = night_files(nights)
+    out, damaged = [], []
+    for path in files:
+        try:
+            out.append(read_night(path, now))
+        except SchemaError as exc:
+            damaged.append((path, str(exc)))
+            if warn is not None:
+                warn(f"warning: skipping night file {exc}")
+    return NightScan(out, damaged, files)
 
 
 def _order(name: str) -> tuple[str, int]:
@@ -158,6 +246,7 @@ def _order(name: str) -> tuple[str, int]:
 
 
 def read_nights(nights: Path) -> list[Night]:
+    """Every night of a folder; the first that cannot be read raises ``SchemaError``."""
     return [read_night(p) for p in night_files(nights)]
 
 
@@ -166,70 +255,3 @@ def iter_nights(nights: Path) -> Iterator[Night]:
         yield read_night(p)
 
 
-def append_failed_night(nights: Path, outcome: str, url: str | None = None, night: str | None = None) -> Path:
-    """A nightly that produced no run (it failed before its merge): a night with no records, so
-    that the site names it among the nightlies that failed and ``history check`` fails on it."""
-    if outcome in ("success", "unknown") or outcome not in OUTCOMES:
-        raise ConfigError(f"--no-run: --outcome must say how the nightly failed (failure, cancelled, "
-                          f"skipped; got {outcome!r})")
-    if night is not None and not valid_night(night):
-        raise ConfigError(f"--night: expected a date YYYY-MM-DD (got {night!r})")
-    now = time.time()
-    name = night or night_of(now)
-    path, n = night_path(nights, name), 2
-    while path.exists():
-        if night is not None:
-            raise ConfigError(f"{path}: night {name} is already recorded; nights are append-only")
-        path, n = night_path(nights, f"{name}.{n}"), n + 1
-    data = Night(night=path.name[:-len(SUFFIX)], run_id="", started=now, recorded=now, outcome=outcome, url=url)
-    Path(nights).mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(_dumps(data))
-    os.replace(tmp, path)
-    return path
-
-
-def night_of(started: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(started))
-
-
-def append_night(run_dir: Path, nights: Path, night: str | None = None, outcome: str = "unknown",
-                 url: str | None = None) -> tuple[Path, bool]:
-    """Add one finished run to the history as a new night file; returns (path, written).
-
-    Append-only: an existing night is never rewritten. The same run appended again is a no-op
-    (a rerun of the workflow's step); another run on a night that is taken becomes ``<night>.2``,
-    ``.3``, ... unless ``night`` was named explicitly, which is then an error (exit 2). A named
-    night may hold a run already recorded under another (re-dated runs: see docs/history.md).
-    """
-    from harness.store.runs import load_run
-
-    if outcome not in OUTCOMES:
-        raise ConfigError(f"--outcome: expected one of {', '.join(OUTCOMES)} (got {outcome!r})")
-    if night is not None and not valid_night(night):
-        raise ConfigError(f"--night: expected a date YYYY-MM-DD (got {night!r})")
-    meta, records = load_run(run_dir)
-    if not meta.finished:
-        raise ConfigError(f"{run_dir}: the run is unfinished; only finished runs become nights")
-    nights = Path(nights)
-    name = night or night_of(meta.started)
-    path = night_path(nights, name)
-    for existing in night_files(nights):
-        if (night is None or existing == path) and read_night(existing).run_id == meta.run_id:
-            return existing, False
-    if path.exists():
-        if night is not None:
-            raise ConfigError(f"{path}: night {name} is already recorded (another run); nights are "
-                              "append-only")
-        n = 2
-        while night_path(nights, f"{name}.{n}").exists():
-            n += 1
-        name, path = f"{name}.{n}", night_path(nights, f"{name}.{n}")
-    data = Night(night=name, run_id=meta.run_id, started=meta.started, ended=meta.ended,
-                 recorded=time.time(), outcome=outcome, url=url, environments=installed_versions(meta),
-                 records=[compact_record(r) for r in records])
-    nights.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(_dumps(data))
-    os.replace(tmp, path)
-    return path, True

@@ -21,6 +21,8 @@ with its own answer:
 Every policy but ``HISTORY`` refuses a record one of whose case files (``Record.case_files``:
 every file its case loaded) has changed since it ran. Unfinished runs are never read (the scan
 yields finished runs only), and a damaged run is skipped with a warning (its cells run again).
+Every refusal is kept (``Reused.refusals``: the run, the cell, the reason, ``fix_for`` it), so a
+command can list them and one that finds nothing usable can say what it found and what to do.
 """
 from __future__ import annotations
 
@@ -41,7 +43,38 @@ from harness.store.runs import list_runs, load_run, read_run_meta
 # environment failures are crashes) are never taken by the cache.
 LASTING = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.XFAIL, Status.XPASS})
 DAMAGED = (SchemaError, ValueError, OSError)
+# Why a policy refuses a stored record (each reason starts with one of these) and what to do.
+ENV_FAILED = "its environment could not be built"
+NOT_LASTING = "a crash or timeout says nothing lasting about the cell"
+OTHER_KEY = "its cache key is not the new cell's"
+OTHER_CODE = "produced by another harness version or case source"
+OTHER_ENV = "ran in another environment than the one planned now"
 CHANGED = "files its case loaded changed since: "
+NO_FINGERPRINT = "the run has no fingerprint (it predates them), so it cannot show it is the same code"
+DAMAGED_RUN = "the run cannot be read"
+FIXES = {
+    ENV_FAILED: "fix what the record's error names (an index, a pin); the cell runs again",
+    NOT_LASTING: "nothing to fix: the cell runs again",
+    OTHER_KEY: "nothing to fix: something it depends on changed (packages, case, harness, options), so it "
+               "runs again",
+    OTHER_CODE: "the case's source or the tool changed since: run it with this checkout "
+                "(python -m harness matrix) and the result is reused from then on",
+    OTHER_ENV: "a pin changed since: the cell runs in the planned environment",
+    CHANGED: "a file the case loaded was edited since: run the cells again (python -m harness matrix), or "
+             "restore the file",
+    NO_FINGERPRINT: "run the cells again with this checkout",
+    DAMAGED_RUN: "repair or remove that run directory",
+}
+
+
+def fix_for(reason: str) -> str:
+    """What to do about a refusal (by the start of its reason)."""
+    return next((fix for start, fix in FIXES.items() if reason.startswith(start)), "run the cells again")
+
+
+def reason_kind(reason: str) -> str:
+    """A refusal's reason without its particulars (the files, the environment), to count them."""
+    return next((start.rstrip(": ") for start in FIXES if reason.startswith(start)), reason)
 
 
 def _warn(message: str) -> None:
@@ -127,17 +160,17 @@ class ReusePolicy:
 
     def refusal(self, run: StoredRun, rec: Record, wanted: Wanted) -> str | None:
         if is_environment_failure(rec):
-            return "its environment could not be built"
+            return ENV_FAILED
         if self.statuses is not None and rec.status not in self.statuses:
-            return f"a {rec.status.value} says nothing lasting about the cell"
+            return f"{NOT_LASTING} (a {rec.status.value})"
         if self.by_key:
             key = wanted.keys.get(rec.cell_id)
             if not rec.cache_key or rec.cache_key != key:
-                return "its cache key is not the new cell's"
+                return OTHER_KEY
         if self.same_code and not same_code(run.fingerprint, wanted.fingerprint, rec.case):
-            return "produced by another harness version or case source"
+            return OTHER_CODE
         if self.same_env and rec.env != wanted.envs.get(rec.cell_id):
-            return f"ran in environment {rec.env}, not the one planned now"
+            return f"{OTHER_ENV} ({rec.env})"
         if self.case_files_unchanged:
             changed = changed_case_files(rec.case_files, wanted.base_dir)
             if changed:
@@ -153,36 +186,75 @@ HISTORY = ReusePolicy("history", case_files_unchanged=False)
 POLICIES = {p.name: p for p in (CACHE, GATE, BISECT, ADVISE, HISTORY)}
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A stored record a policy did not take (``cell`` None: a whole run it could not use)."""
+
+    run: str
+    cell: str | None
+    case: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "cell": self.cell, "reason": self.reason, "fix": fix_for(self.reason)}
+
+
 @dataclass
 class Reused:
-    """The newest acceptable stored record per cell, the run each came from, and why the newest
-    stored record of the other cells was refused."""
+    """The newest acceptable stored record per cell, the run each came from, and every stored
+    record (or run) the policy refused, with why."""
 
     records: dict[str, Record] = field(default_factory=dict)        # cell id → record
     runs: dict[str, StoredRun] = field(default_factory=dict)        # cell id → its run
     refused: dict[str, str] = field(default_factory=dict)           # cell id → why (newest refused)
+    refusals: list[Refusal] = field(default_factory=list)           # every refusal, newest run first
+    scanned: int = 0                                                # finished runs looked at
 
     def fingerprints(self) -> dict[str, dict[str, Any]]:
         """Run id → fingerprint of the runs the records came from."""
         return {r.meta.run_id: r.fingerprint or {} for r in self.runs.values()}
+
+    def explain(self, case: str | None = None) -> list[str]:
+        """What was found and why it was refused, one line per reason with its count and fix
+        (``case``: only that case's records); empty when nothing was refused."""
+        mine = [r for r in self.refusals if case is None or r.cell is None or r.case == case]
+        kinds: dict[str, list[Refusal]] = {}
+        for r in mine:
+            kinds.setdefault(reason_kind(r.reason), []).append(r)
+        out = []
+        for kind, group in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            runs = sorted({r.run for r in group})
+            what = (f"{len(runs)} run(s)" if group[0].cell is None
+                    else f"{len(group)} record(s) of {len(runs)} run(s)")
+            out.append(f"{what} refused: {kind} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}); "
+                       f"fix: {fix_for(group[0].reason)}")
+        return out
 
 
 def reuse(policy: ReusePolicy, reports: Path, wanted: Wanted = Wanted(),
           cells: Iterable[str] | None = None, damaged: Damaged | None = None,
           runs: Iterable[StoredRun] | None = None) -> Reused:
     """For each cell id in ``cells`` (every cell when None) the newest record of the store's
-    finished runs (or of ``runs``) that ``policy`` accepts; a damaged run goes to ``damaged``."""
+    finished runs (or of ``runs``) that ``policy`` accepts; a damaged run goes to ``damaged``.
+    Every refusal (a record, or a run the policy cannot use) is kept with its reason."""
     want = None if cells is None else set(cells)
-    damaged = damaged or warn_skipped(f"{policy.name} reuse")
+    report = damaged or warn_skipped(f"{policy.name} reuse")
     out = Reused()
-    source = runs if runs is not None else finished_runs(reports, damaged)
+
+    def damaged_run(run_dir: Path, exc: Exception) -> None:
+        out.refusals.append(Refusal(Path(run_dir).name, None, None, f"{DAMAGED_RUN}: {exc}"))
+        report(run_dir, exc)
+
+    source = runs if runs is not None else finished_runs(reports, damaged_run)
     for run in source:
+        out.scanned += 1
         if policy.same_code and not run.fingerprint:
-            continue            # a run without a fingerprint cannot show it is the same code
+            out.refusals.append(Refusal(run.meta.run_id, None, None, NO_FINGERPRINT))
+            continue
         try:
             records = run.records
         except DAMAGED as exc:
-            damaged(run.dir, exc)
+            damaged_run(run.dir, exc)
             continue
         for rec in records:
             cid = rec.cell_id
@@ -194,6 +266,18 @@ def reuse(policy: ReusePolicy, reports: Path, wanted: Wanted = Wanted(),
                 out.refused.pop(cid, None)
             else:
                 out.refused.setdefault(cid, why)
+                out.refusals.append(Refusal(run.meta.run_id, cid, rec.case, why))
         if want is not None and len(out.records) == len(want):
             break
     return out
+
+
+def nothing_usable(policy: ReusePolicy, reports: Path, wanted: Wanted = Wanted(), case: str | None = None) -> str:
+    """For a command that found nothing usable: what the store holds (of ``case``) and why the
+    policy refused it, with the fix, as one sentence."""
+    found = reuse(policy, reports, wanted, damaged=lambda d, exc: None)
+    lines = found.explain(case)
+    held = f"{found.scanned} finished run(s) in {reports}"
+    if not lines:
+        return f"found {held}, none holding {'case ' + repr(case) if case else 'a record'}"
+    return f"found {held}; " + "; ".join(lines)

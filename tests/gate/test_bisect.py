@@ -105,6 +105,7 @@ def test_run_bisect_prints_the_change_and_the_notes_link(tmp_path, monkeypatch):
                                    stage=None if truth[version] == "pass" else "check") for k in self.keys}
 
     monkeypatch.setattr(bisect_mod.Bisector, "records", records)
+    monkeypatch.setattr(bisect_mod.Bisector, "check_installable", lambda self, releases: None)
     lines = []
     rc = bisect_mod.run_bisect(bisect_mod.BisectRequest(
         "2.13.0", "2.6.0", TESTS / "matrices" / "gate.yaml", tmp_path, "conv_bn-dynamo-op17-ort-cpu", RELEASES),

@@ -121,3 +121,27 @@ def test_cells_skipped_on_both_sides_are_not_expected_but_a_gate_of_only_those_c
     assert Coverage.of(mixed).problem(1.0) is None and Coverage.of(mixed).summary() == (
         "1 of 1 cells compared; 3 skipped on both sides")
     assert json.dumps(Coverage.of(mixed).why_not) == "{}"
+
+
+def test_a_baseline_that_shares_1_of_n_cells_is_1_of_n_not_100_percent(gate, store):
+    """Coverage counts the cells either side planned: a baseline run holding one of the
+    candidate's 12 cells used to pass as "1 of 1 cells compared"."""
+    kept = "torch2.13.0-mha-dynamo-op18-ort-cpu"
+    run = copy_run(store, lambda r: r if r.cell_id == kept else None)
+    rc, md, err = gate("--baseline", f"{run}@2.13.0", "--candidate", f"{BOTH}@2.13.0")
+    assert rc == 2 and "**1 of 12 cells compared**" in md and "no regression" not in md, md
+    said = " ".join(err)
+    assert "only 1 of 12 cells were compared" in said and "11 no result on baseline" in said, err
+    rc, md, _ = gate("--baseline", f"{run}@2.13.0", "--candidate", f"{BOTH}@2.13.0", "--min-compared", "5%")
+    assert rc == 0 and "**1 of 12 cells compared**" in md
+
+
+def test_a_cell_skipped_on_the_only_side_that_has_it_is_not_expected():
+    from harness.core.cell import CellKey
+    from harness.core.record import Record
+
+    key = CellKey("c", "dynamo", 18, "ort-cuda")
+    skip = Record.for_cell("r", key, "2.13.0", "e", Status.SKIP)
+    lone = CellComparison(key, Verdict.NOT_COMPARABLE, skip, None, "no result on candidate")
+    cov = Coverage.of([lone, _cmp(Status.PASS, Status.PASS, Verdict.UNCHANGED)])
+    assert (cov.compared, cov.expected, cov.skipped_both) == (1, 1, 1)

@@ -73,9 +73,18 @@ def test_bad_package_gates_exit_2_before_anything_is_built(tmp_path, args, expec
     (["--package", "timm", "--good", "1.0.0", "--bad", "1.0.9"], "does not install it"),
     (["--package", "onnxscript", "--good", "0.6.0", "--bad", "x"], "--bad 'x': expected a release of onnxscript"),
     (["--package", "onnxscript", "--good", "0.6.0", "--bad", "0.6.0"], "the same release"),
+    # Releases the index lacks: refused like the gate refuses them, before any environment is
+    # built (they used to be two failing environments and exit 1).
+    (["--package", "onnxscript", "--good", "0.6.0", "--bad", "99.0.0", "--releases", "0.6.0,99.0.0"],
+     "--bad 99.0.0: "),
+    (["--package", "onnxscript", "--good", "0.6.0", "--bad", "0.7.2", "--releases", "0.6.0,0.6.99,0.7.2"],
+     "--releases 0.6.99: "),
+    (["--good", "2.13.0", "--bad", "9.9.9", "--releases", "2.13.0,9.9.9"], "--bad 9.9.9: "),
 ])
 def test_bad_package_bisects_exit_2_before_anything_is_built(tmp_path, args, expected):
     proc = run_harness("--reports", str(tmp_path / "reports"), "bisect", "--config", str(FLOORS), *args,
                        check=False)
-    assert proc.returncode == 2 and expected in proc.stderr
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "reports" / "runs").exists()
+    if "99.0.0" in args[-1] or "0.6.99" in args[-1]:
+        assert "no version of onnxscript==" in proc.stderr and "expected installable packages" in proc.stderr

@@ -32,7 +32,7 @@ def test_a_damaged_run_is_skipped_with_a_warning(tmp_path, capsys):
     reports = tmp_path / "reports"
     _run(reports, "20260101-000000-aaaaaa", 1.0)
     _run(reports, "20260102-000000-aaaaaa", 2.0, lines='{"schema": "abc"}\n[1, 2, 3]\n')
-    records, prints = stored_records(build_plan(MATRIX), PRINT, reports)
+    records, prints, _ = stored_records(build_plan(MATRIX), PRINT, reports)
     assert [r.run_id for r in records] == ["20260101-000000-aaaaaa"] and records[0].status is Status.PASS
     assert "skipping stored run 20260102-000000-aaaaaa" in capsys.readouterr().err
 
@@ -41,5 +41,32 @@ def test_a_cell_of_another_environment_is_not_reused(tmp_path):
     """Same cell id, another installed set (say another onnxscript pin): another cell."""
     reports = tmp_path / "reports"
     _run(reports, "20260101-000000-aaaaaa", 1.0, env="torch2.13.0-cpu-00000000")
-    records, _ = stored_records(build_plan(MATRIX), PRINT, reports)
+    records, _, found = stored_records(build_plan(MATRIX), PRINT, reports)
     assert records == []
+    (refusal,) = found.refusals
+    assert refusal.reason == "ran in another environment than the one planned now (torch2.13.0-cpu-00000000)"
+
+
+def test_a_version_side_says_and_records_every_stored_record_it_did_not_reuse(tmp_path, capsys):
+    """The gate names what the store held for a side and why it ran the cells instead; gate.json
+    lists each refusal with its fix."""
+    import json
+
+    from harness.gate.compare import Settings
+    from harness.gate.output import render_json
+    from harness.gate.sources import plan_version_side
+
+    reports = tmp_path / "reports"
+    _run(reports, "20260101-000000-aaaaaa", 1.0, env="torch2.13.0-cpu-00000000")
+    config = tmp_path / "matrix.yaml"
+    config.write_text("torch: ['2.13.0']\nexporters: [dynamo]\nopsets: [18]\ncases: [conv_bn]\n")
+    pending = plan_version_side("2.13.0", MATRIX, config, reports, PRINT)
+    assert len(pending.missing.cells) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "torch 2.13.0: 0 of 1 cell(s) from 1 stored run(s); not reused:" in err
+    assert ("1 record(s) of 1 run(s) refused: ran in another environment than the one planned now "
+            "(20260101-000000-aaaaaa); fix: a pin changed since") in err
+    data = json.loads(render_json(pending.side, pending.side, [], Settings(), 0, PRINT))
+    (listed,) = data["baseline"]["not_reused"]
+    assert listed["run"] == "20260101-000000-aaaaaa" and listed["cell"] == "torch2.13.0-conv_bn-dynamo-op18-ort-cpu"
+    assert listed["fix"].startswith("a pin changed since")

@@ -5,7 +5,7 @@ its numbers are in docs/history.md).
         --nights-from A:8 B:6 C:3 B:7 D:6
 
 Each ``RUN:COUNT`` appends run directory RUN (a real, finished run) as the next COUNT nights,
-re-dated one per day through ``harness.store.nights.append_night`` (the path `history append`
+re-dated one per day through ``harness.store.nights_append.append_night`` (the path `history append`
 takes), ending today. Then the site is published twice (cold, then with the night pages kept) and
 opened in Chromium: the load time of index.html until its cells are drawn, a filter, a cell's
 history opened, a night's report loaded. Sizes of the night files and the pages are printed.
@@ -22,7 +22,8 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from harness.report.history import write_history_site
-from harness.store.nights import append_night, night_files
+from harness.store.nights import night_files
+from harness.store.nights_append import append_night
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]

@@ -12,7 +12,8 @@ from test_browser import ARGS, CHROMIUM, Watched
 from playwright.sync_api import sync_playwright
 
 from harness.report.history import write_history_site
-from harness.store.nights import append_night, read_nights
+from harness.store.nights import read_nights
+from harness.store.nights_append import append_night
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} not installed (apt-get install chromium)")
 NIGHTS = [(dt.date(2026, 11, 1) + dt.timedelta(days=i)).isoformat() for i in range(30)]

@@ -50,11 +50,12 @@ def test_three_nights_with_a_changed_case_make_a_site_that_shows_when_it_flipped
         proc = run_harness("--reports", str(reports), "matrix", "--config", str(repo / "matrix.yaml"))
         run_dir = next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory"))
         out = run_harness("--reports", str(reports), "history", "append", "--run", run_dir, "--nights", str(nights),
-                          "--night", name, "--outcome", "success").stdout
+                          "--night", name, "--outcome", "success", "--config", str(repo / "matrix.yaml")).stdout
         assert out.startswith("night: ") and f"{name}.json.gz" in out, out
         run_ids.append(read_nights(nights)[-1].run_id)
     assert len(set(run_ids)) == 3
-    again = run_harness("--reports", str(reports), "history", "append", "--run", run_dir, "--nights", str(nights))
+    again = run_harness("--reports", str(reports), "history", "append", "--run", run_dir, "--nights", str(nights),
+                        "--config", str(repo / "matrix.yaml"))
     assert again.stdout.startswith("already recorded"), again.stdout   # append-only, idempotent
 
     run_harness("history", "publish", "--nights", str(nights), "--site", str(site))

@@ -101,3 +101,14 @@ def test_publish_writes_a_static_site(store, tmp_path):
     text = index.read_text()
     assert all(f'href="runs/{p}.html"' in text for p in pages) and "data:image/svg+xml;base64," in text
     assert 'href="../index.html"' in (site / "runs" / f"{BOTH}.html").read_text()
+
+
+def test_publish_writes_nothing_outside_the_site_whatever_the_index_says(store, tmp_path):
+    """An index entry is data: a run id holding a path becomes a file name inside runs/."""
+    index = json.loads((store / "index.json").read_text())
+    index["runs"][0]["run_id"] = "../../escaped"
+    (store / "index.json").write_text(json.dumps(index))
+    site = tmp_path / "deep" / "site"
+    write_site(store, site)
+    assert not list(tmp_path.rglob("escaped*.html")) or all(site in p.parents for p in tmp_path.rglob("escaped*.html"))
+    assert (site / "runs" / ".._.._escaped.html").exists()

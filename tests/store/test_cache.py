@@ -262,3 +262,21 @@ def test_an_empty_index_written_after_every_run_is_right(tmp_path):
     assert json.loads((reports / INDEX_FILE).read_text())["keys"] == {}
     assert CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k}) == {}
     assert warnings == []
+
+
+def test_a_new_store_s_first_run_warns_of_nothing(tmp_path):
+    """The index is written empty while a new store's first run goes on; that run finishing after
+    it used to be read as a wrong index ("holds no entries ... rebuilding it") on every new store."""
+    reports = tmp_path / "reports"
+    cell, k = key(tmp_path)
+    run = store_run(reports, "20260101-000000-aaaaaa", [stored(cell, k)], finished=False)
+    warnings: list[str] = []
+    cache = CellCache(reports, warn=warnings.append)
+    assert cache.lookup({cell.cell_id: k}) == {}          # the run under way: nothing finished yet
+    assert json.loads((reports / INDEX_FILE).read_text())["keys"] == {}
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "finished": True, "ended": meta["started"] + 3600}))
+    assert cache.add_run(run) == 1
+    assert warnings == [], warnings
+    assert list(CellCache(reports, warn=warnings.append).lookup({cell.cell_id: k})) == [cell.cell_id]
+    assert warnings == []

@@ -13,7 +13,8 @@ from helpers import BOTH, FIXTURES, HOSTILE
 from harness.core.record import read_records
 from harness.matrix.rules import ConfigError
 from harness.report.history import build_history, changes, freshness, write_history_site
-from harness.store.nights import append_failed_night, append_night, read_night, read_nights
+from harness.store.nights import read_night, read_nights
+from harness.store.nights_append import append_failed_night, append_night
 
 RUNS = FIXTURES / "runs"
 

@@ -130,7 +130,8 @@ def test_gate_and_bisect_want_the_planned_environment_and_fall_back_to_an_older_
     assert _taken(GATE, reports, wanted) == "r1"
     assert _taken(BISECT, reports, wanted) == "r1"
     assert _taken(ADVISE, reports, wanted) == "r2"           # the advisor reads what was measured
-    assert "ran in environment env-b" in _taken(BISECT, reports, Wanted(PRINT, tmp_path, envs={CELL: "env-c"}))
+    why = _taken(BISECT, reports, Wanted(PRINT, tmp_path, envs={CELL: "env-c"}))
+    assert why.startswith("ran in another environment than the one planned now") and "env-b" in why
 
 
 def test_newest_accepted_record_wins_and_a_damaged_run_is_skipped(tmp_path):
@@ -142,3 +143,43 @@ def test_newest_accepted_record_wins_and_a_damaged_run_is_skipped(tmp_path):
     seen = []
     found = reuse(HISTORY, reports, _wanted(tmp_path), [CELL], damaged=lambda d, exc: seen.append(d.name))
     assert found.records[CELL].run_id == "r2" and seen == ["r3"]
+
+
+def test_every_refusal_is_listed_with_its_reason_and_fix(tmp_path, case_file):
+    """Not only the newest refused record per cell: every record and every run a policy could
+    not use, each with why and what to do; `explain` groups them for a command that found
+    nothing usable."""
+    reports = tmp_path / "reports"
+    _run(reports, "r1", 1.0, [_rec("r1")], fingerprint=None)                       # predates fingerprints
+    _run(reports, "r2", 2.0, [_rec("r2", case_files={"model.py": "0" * 16})])      # the file changed since
+    _run(reports, "r3", 3.0, [_rec("r3", env="env-z")])                            # another environment
+    bad = _run(reports, "r4", 4.0, [])
+    (bad / "results.jsonl").write_text("[1, 2]\n")
+    found = reuse(GATE, reports, _wanted(tmp_path), [CELL], damaged=lambda d, exc: None)
+    assert not found.records and found.scanned == 4
+    by_run = {r.run: r for r in found.refusals}
+    assert set(by_run) == {"r1", "r2", "r3", "r4"}
+    assert by_run["r1"].cell is None and "no fingerprint" in by_run["r1"].reason
+    assert by_run["r2"].cell == CELL and by_run["r2"].reason == "files its case loaded changed since: model.py"
+    assert by_run["r3"].reason.startswith("ran in another environment") and by_run["r4"].reason.startswith("the run cannot be read")
+    assert by_run["r2"].to_dict()["fix"].startswith("a file the case loaded was edited since")
+    lines = found.explain()
+    assert len(lines) == 4 and any(line.startswith("1 record(s) of 1 run(s) refused: files its case loaded changed since (r2); "
+                                                   "fix: a file the case loaded was edited since") for line in lines), lines
+    assert found.explain(case="other_case") == [line for line in lines if line.startswith("1 run(s)")]
+
+
+def test_a_command_that_finds_nothing_usable_names_what_it_found_why_and_the_fix(tmp_path, case_file, monkeypatch, capsys):
+    """advise: every stored record of the case was refused (a file it loaded changed since)."""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    reports = tmp_path / "reports"
+    _run(reports, "r1", 1.0, [_rec("r1", case_files={"model.py": "0" * 16})])
+    rc = main(["--reports", str(reports), "advise", "--case", "conv_bn"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "no case 'conv_bn' in 0 finished run(s)" in err
+    assert ("found 1 finished run(s) in " in err and "1 record(s) of 1 run(s) refused: files its case loaded "
+            "changed since (r1); fix: a file the case loaded was edited since") in err, err
+    rc = main(["--reports", str(reports), "advise", "--case", "other"])
+    assert rc == 2 and "none holding case 'other'" in " ".join(capsys.readouterr().err.split())

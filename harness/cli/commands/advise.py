@@ -42,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
         where = f"{len(runs)} finished run(s) of {store}"
     cases = sorted({r.case for r in records})
     if args.case not in cases:
-        raise ConfigError(f"--case: no case {args.case!r} in {where} (cases: {', '.join(cases) or 'none'})")
+        why = ""
+        if args.run is None:    # what the store holds of the case, and why none of it was usable
+            from harness.store.reuse import ADVISE, nothing_usable
+
+            why = f"; {nothing_usable(ADVISE, args.store or args.reports, case=args.case)}"
+        raise ConfigError(f"--case: no case {args.case!r} in {where} (cases: {', '.join(cases) or 'none'}){why}")
     mine = [r for r in records if r.case == args.case]
     runtimes = sorted({r.runtime for r in mine})
     if args.runtime is not None and args.runtime not in runtimes:

@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "0: count the first measurement)")
     share = opts.default_of(Settings, "min_compared")
     p.add_argument("--min-compared", type=opts.share, default=share, metavar="SHARE",
-                   help="share of the cells on both sides (not skipped on both) that must be compared, "
+                   help="share of the cells either side planned (less those skipped wherever they ran) that must be compared, "
                         f"as 0.9 or 90%% (default {share * 100:g}%%); below it the gate exits 2: it cannot tell")
     opts.store(p)
     p.set_defaults(func=run)

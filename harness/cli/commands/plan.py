@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _print_plan(plan: Any, out: Any) -> None:
+    # What each `cases:` glob took and what it left out, with why (a glob never drops silently).
+    for glob in plan.matrix.globs:
+        for line in glob.lines():
+            print(line, file=out)
     for env in plan.environments:
         print(f"{env.env.name}: {' '.join(env.env.packages)}", file=out)
         for cell in env.cells:

@@ -106,9 +106,7 @@
       c.bundle_files.forEach(function (f) {
         var li = el("li");
         var a = el("a", null, f.name);
-        a.href = f.href.split("/").map(function (part, i) {
-          return i === 0 && /^file:$/.test(part) ? part : encodeURIComponent(part);
-        }).join("/");
+        a.href = f.href.split("/").map(encodeURIComponent).join("/");   // relative: no scheme
         li.appendChild(a);
         li.appendChild(el("span", "muted", " " + size(f.bytes)));
         list.appendChild(li);
