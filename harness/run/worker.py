@@ -245,7 +245,11 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                     rec.case_files = dict(case_files)
                     if rec.status is Status.FAIL and job.bundles:
                         logs.cap(log_path)
-                        write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
+                        try:
+                            write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
+                        except Exception as exc:  # noqa: BLE001 - the cell keeps its verdict; no bundle is said
+                            traceback.print_exc()
+                            rec.pass_not_run("bundle", f"the bundle could not be written: {type(exc).__name__}: {exc}")
                 emit(RecordDone(record=rec.to_dict()).to_dict())
             if not spool:
                 for p in Path(tmp).glob(f"{group.gid}.onnx*"):

@@ -3,11 +3,9 @@ bisection, the reasons, the matrix keys, and the gate's deployment targets. No i
 real-wheel run is tests/run/test_floors_e2e.py."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
-from helpers import TESTS
+from helpers import TESTS, run_harness
 
 from harness.core.cell import CellKey
 from harness.core.record import Record
@@ -84,8 +82,7 @@ def test_bad_runtime_keys_name_file_and_key(tmp_path, extra, key, expected):
 def test_bad_runtime_key_exits_2_before_anything_is_built(tmp_path):
     path = tmp_path / "matrix.yaml"
     path.write_text(BASE + "runtime_floor: {tensorrt: [10.0.1]}\n")
-    proc = subprocess.run([sys.executable, "-m", "harness", "plan", "--config", str(path)],
-                          capture_output=True, text=True, cwd=TESTS.parent)
+    proc = run_harness("plan", "--config", str(path), cwd=TESTS.parent, check=False)
     assert proc.returncode == 2 and "runtime_floor.tensorrt" in proc.stderr
 
 
