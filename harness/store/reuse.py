@@ -107,14 +107,26 @@ def finished_runs(reports: Path, damaged: Damaged | None = None,
             yield run
 
 
+def run_base_dir(run: StoredRun) -> Path:
+    """The folder a stored run's relative case file names resolve against: its matrix file's
+    folder as the run recorded it (``RunMeta.base_dir``); for a run from before that, the config
+    path it recorded, relative to the folder its store is in (``<there>/reports/runs/<id>``)."""
+    if run.meta.base_dir:
+        return Path(run.meta.base_dir)
+    config = Path(run.meta.config or "matrix.yaml")
+    return config.parent if config.is_absolute() else (run.dir.parent.parent.parent / config).parent
+
+
 @dataclass(frozen=True)
 class Wanted:
     """What a new cell would be, as far as a policy asks: its key (cache), the fingerprint of the
     code checked out now (gate, bisect), its environment's name (bisect), and the folder relative
-    case file names resolve against (the matrix file's)."""
+    case file names resolve against (the matrix file's; ``base_dir_of_run``: each stored run's
+    own, for a command that reads a store without a matrix file, wherever it runs)."""
 
     fingerprint: dict[str, Any] | None = None
     base_dir: Path | str = "."
+    base_dir_of_run: bool = False
     keys: dict[str, str] = field(default_factory=dict)      # cell id → cache key
     envs: dict[str, str] = field(default_factory=dict)      # cell id → environment name
     releases: dict[str, dict[str, Any]] = field(default_factory=dict)   # runtime → releases asked
@@ -154,7 +166,7 @@ class ReusePolicy:
         if self.same_env and rec.env != wanted.envs.get(rec.cell_id):
             return f"ran in environment {rec.env}, not the one planned now"
         if self.case_files_unchanged:
-            changed = changed_case_files(rec.case_files, wanted.base_dir)
+            changed = changed_case_files(rec.case_files, run_base_dir(run) if wanted.base_dir_of_run else wanted.base_dir)
             if changed:
                 return CHANGED + ", ".join(changed[:3])
         return None
@@ -176,6 +188,7 @@ class Reused:
     records: dict[str, Record] = field(default_factory=dict)        # cell id → record
     runs: dict[str, StoredRun] = field(default_factory=dict)        # cell id → its run
     refused: dict[str, str] = field(default_factory=dict)           # cell id → why (newest refused)
+    scanned: int = 0                                                # finished runs read
 
     def fingerprints(self) -> dict[str, dict[str, Any]]:
         """Run id → fingerprint of the runs the records came from."""
@@ -199,6 +212,7 @@ def reuse(policy: ReusePolicy, reports: Path, wanted: Wanted = Wanted(),
         except DAMAGED as exc:
             damaged(run.dir, exc)
             continue
+        out.scanned += 1
         for rec in records:
             cid = rec.cell_id
             if cid in out.records or (want is not None and cid not in want):
