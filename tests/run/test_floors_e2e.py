@@ -61,6 +61,8 @@ def test_the_dynamo_file_needs_a_newer_onnxruntime_than_the_torchscript_one(floo
     assert (floor["oldest_ok"], floor["first_bad"]) == ("1.18.1", "1.16.3")
     assert floor["reason"] == "needs onnxruntime >= 1.18.1: IR version 10 (1.16.3 reads up to 9)"
     assert script.graph["runtime_floor"]["ort-cpu"]["oldest_ok"] == "1.16.3"
+    assert dynamo.graph["runtime_versions"]["ort-cpu"]["1.18.1"]["status"] == "pass"
+    assert not dynamo.passes_not_run and not script.passes_not_run
     # The deployed release: the runtime's own load error on the dynamo file, a pass on the other.
     assert dynamo.graph["deploy"]["ort-cpu"]["stage"] == "load"
     assert "Unsupported model IR version: 10, max supported IR version: 9" in dynamo.graph["deploy"]["ort-cpu"]["error"]
