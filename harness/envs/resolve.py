@@ -179,7 +179,7 @@ def unresolvable_releases(matrix: Matrix, config: Path, jobs: int = 4) -> dict[t
                 continue
             named = "', '".join(keys[rel])
             problems[(keys[rel][0], bad.message)] = (
-                f"{config}: key '{named}': expected a {rel.package} release the package index has; "
+                f"{config}: key '{named}': expected a release of {rel.package} that the package index has; "
                 f"{rel.package}=={rel.version} (runtime-only environment, python {python}) cannot be "
                 f"installed: {bad.message}")
     return problems
