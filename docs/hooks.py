@@ -180,6 +180,9 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
                       "only while each is unchanged ([Cell cache](cache.md))",
         "blame": "whose bug a failing cell is: `{party, repository, reason, evidence, source, "
                  "divergence, seconds}` ([Blame](blame.md)); none on passing cells and older records",
+        "passes_not_run": "optional passes asked of this cell that could not be made, pass "
+                          "(`runtime_floor`, `runtime_versions`, `deploy`, `reduce`, `blame`, `bundle`) → why; "
+                          "written only when there is one ([Robustness](robustness.md#an-optional-pass-that-cannot-run-is-said))",
     },
     "Parity": {
         "max_abs": "largest absolute difference from eager over every output and shape",

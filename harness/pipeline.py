@@ -136,7 +136,7 @@ def run_matrix(req: MatrixRequest) -> Path:
     check_installable(plan, req.config, req.provider)
     return run_plan(RunRequest(plan.matrix, req.config, plan, req.reports, req.output, req.provider,
                                req.resume, req.force_resume, jobs=req.jobs, fresh=req.fresh,
-                               verbose=req.verbose, meta_extra=extra), log=_console().print)
+                               verbose=req.verbose, meta_extra=extra))
 
 
 # Durations of previous runs -------------------------------------------------------------------
@@ -223,9 +223,3 @@ def costs_block(plan: Plan, costs: Costs) -> dict:
     ids = sorted(c.cell_id for c in plan.cells)
     return {"source": costs.source, "setup_s": costs.setup_s,
             "cells": {i: costs.cells[i] for i in ids if i in costs.cells}}
-
-
-def _console():
-    from harness.console import console
-
-    return console

@@ -2,30 +2,26 @@
 
 Every command that runs cells goes through here: the matrix command (``harness.pipeline``),
 the gate and bisect (``harness.gate.sources.run_cells``), and ``merge`` for shard runs. Each
-step is one call: ``execute`` (the run core; run.json complete before the run starts, immutable
-once it is finished), ``reduce_run`` (when the matrix asks for reduced graphs), ``render_run``.
+step is one call: ``execute`` (the run core and its optional passes: runtime releases, reduced
+graphs when the matrix asks for them; run.json complete, with every pass that could not be made,
+before the run is finished and immutable), ``render_run``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
-from harness.console import console
 from harness.report import render_run
 from harness.run.context import RunRequest
 from harness.store.rundir import finalize
 from harness.store.runs import read_run_meta
 
 
-def run_plan(request: RunRequest, log: Callable[..., None] | None = None) -> Path:
-    """Run, reduce (``reduce: true``) and render ``request``'s plan; returns the run directory."""
+def run_plan(request: RunRequest) -> Path:
+    """Run (with its passes: ``harness.run.execute``) and render ``request``'s plan; returns the
+    run directory."""
     from harness.run.execute import execute
 
     run_dir = execute(request)
-    if request.matrix.reduce:
-        from harness.run.reduce import reduce_run
-
-        reduce_run(run_dir, timeout_s=request.matrix.reduce_timeout_s, log=log or console.print)
     render_run(run_dir, request.reports)
     return run_dir
 

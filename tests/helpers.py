@@ -1,6 +1,16 @@
-"""Helpers shared by the tests (importable as ``helpers``: pyproject puts tests/ on the path)."""
+"""Helpers shared by the tests (importable as ``helpers``: pyproject puts tests/ on the path).
+
+End-to-end tests run the tool the way a user's command does: ``run_harness`` and every other
+subprocess of ``python -m harness`` use the *product environment* (``product_python``), a uv venv
+holding the project's declared dependencies and nothing else, with this checkout on its path
+(what ``nox -s matrix`` makes with ``pip install -e .``). The test runner's own interpreter also
+has torch, onnx, ONNX Runtime and OpenVINO, for in-process unit tests of worker-side modules: a
+runner that imported one of them would pass there and fail for every user.
+"""
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -14,9 +24,69 @@ FIXTURES = TESTS / "fixtures"
 OLD, BOTH, HOSTILE = "20261129-143928-ca9e5d", "20261129-144014-ca9e5d", "20261129-150000-0bad00"
 
 
-def run_harness(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True,
-                          text=True)
+PRODUCT_MARKER = ".complete"
+
+
+def product_dir() -> Path:
+    """Where the product environment lives: beside the torch environments (shared by worktrees
+    and kept across sessions), named by pyproject.toml and the Python it runs on."""
+    from harness.core.paths import envs_dir
+
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + python.encode()).hexdigest()[:12]
+    return envs_dir() / ".product" / f"py{python}-{key}"
+
+
+@functools.cache
+def product_python() -> Path:
+    """The product environment's interpreter, built once (a file lock: xdist workers and other
+    checkouts wait for the first) from pyproject.toml's dependencies with uv (its cache makes
+    it a matter of seconds)."""
+    from filelock import FileLock
+
+    target = product_dir()
+    python = target / "bin" / "python"
+    if (target / PRODUCT_MARKER).exists():
+        return python
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / PRODUCT_MARKER).exists():
+            return python
+        shutil.rmtree(target, ignore_errors=True)   # a build that was interrupted
+        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        subprocess.run([uv, "venv", "-q", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
+                        str(target)], check=True)
+        proc = subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "-r",
+                               str(ROOT / "pyproject.toml")], capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise RuntimeError(f"the product environment could not be built:\n{proc.stderr[-3000:]}")
+        (target / PRODUCT_MARKER).write_text("")
+    return python
+
+
+def product_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's shell in the product environment has it: its bin
+    first on PATH (the test runner's venv taken off), this checkout on PYTHONPATH."""
+    python = product_python()
+    mine = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != mine]
+    env.update(PATH=os.pathsep.join([str(python.parent), *path]), VIRTUAL_ENV=str(python.parent.parent),
+               PYTHONPATH=str(ROOT))
+    return {**env, **extra}
+
+
+def harness_command(*args: str) -> list[str]:
+    """``python -m harness ARGS`` in the product environment (run with ``product_env()``)."""
+    return [str(product_python()), "-m", "harness", *args]
+
+
+def run_harness(*args: str, cwd: Path = ROOT, check: bool = True, env: dict[str, str] | None = None,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in the product environment; ``env``: variables to add."""
+    proc = subprocess.run(harness_command(*args), cwd=cwd, capture_output=True, text=True,
+                          env=product_env(**(env or {})), timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"harness {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -100,3 +100,42 @@ def test_status_names_are_spelled_only_in_core():
             if isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{path.relative_to(HARNESS)}:{node.lineno} {node.value!r}")
     assert not found, found
+
+
+# Worker-side modules of run/ (and the runtime-only environment's): they run where torch, onnx
+# and the runtimes are. Every other module of harness/ but probes/ and runtimes/ (imported by
+# workers; the runner reads only their registries) runs in the tool's own environment.
+WORKER_RUN = {"worker", "fresh", "loaded", "stages", "cases", "inputs", "export", "export_optimum", "dims",
+              "parity", "latency", "machine_load", "bundle", "blame", "divergence", "repro", "determinism",
+              "runtime_probe", "reference", "reduce", "logcap"}
+# Import names of pyproject.toml's distributions where they differ, and what jinja2 brings as part
+# of its own API (markupsafe.Markup).
+IMPORT_NAMES = {"pyyaml": "yaml"}
+ALSO_DECLARED = {"markupsafe"}
+
+
+def _declared_imports() -> set[str]:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {Requirement(d).name.lower() for d in deps}
+    return {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names} | ALSO_DECLARED | {"harness"}
+
+
+def test_runner_side_modules_import_only_what_the_tool_declares():
+    """The runner runs in the environment `pip install torch-onnx-matrix` (or `nox -s matrix`)
+    makes: a lazy `import onnx` in a runner module works in the test runner's interpreter and
+    fails for every user (the runtime floors' file facts once did)."""
+    import sys
+
+    allowed = _declared_imports() | set(sys.stdlib_module_names)
+    offenders = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS)
+        if rel.parts[0] in ("probes", "runtimes") or (rel.parts[0] == "run" and path.stem in WORKER_RUN) \
+                or rel.as_posix() == "checks/bench_latency.py":
+            continue
+        offenders += [f"{rel}: {t}" for t in _imports(path) if t.split(".")[0] not in allowed]
+    assert not offenders, offenders

@@ -6,11 +6,10 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, product_python
 from rich.console import Console
 
 from harness.cli import COMMANDS, build_parser, command_module
@@ -33,7 +32,7 @@ def test_help_imports_only_what_it_needs(argv):
     code = ("import sys\nfrom harness.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "import json\nprint(json.dumps(sorted(m for m in ('scipy', 'pandas', 'matplotlib', 'pydantic', 'jinja2') "
             "if m in sys.modules)))")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+    proc = subprocess.run([str(product_python()), "-c", code, *argv], capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "scipy" not in loaded and "pandas" not in loaded and "matplotlib" not in loaded, loaded

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,9 +49,13 @@ def installed(tmp_path_factory) -> Path:
     return venv
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, installed: Path, **extra: str) -> dict[str, str]:
+    """A user's shell with the installed tool's venv first on PATH (the test runner's taken off)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HARNESS_ENVS_DIR", "VIRTUAL_ENV")}
-    return {**env, "XDG_CACHE_HOME": str(tmp_path / "cache"), **extra}
+    mine = str(Path(sys.executable).parent)
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != mine]
+    return {**env, "PATH": os.pathsep.join([str(installed / "bin"), *path]),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"), **extra}
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -66,7 +71,7 @@ def test_installed_command_init_and_plan(installed, tmp_path):
     tool = installed / "bin" / "torch-onnx-matrix"
     assert tool.exists()
     repo = _repo(tmp_path)
-    env = _env(tmp_path)
+    env = _env(tmp_path, installed)
     help_text = subprocess.run([str(tool), "--help"], cwd=repo, env=env, capture_output=True, text=True).stdout
     for sub in ("matrix", "plan", "merge", "report", "publish", "gate", "bisect", "view", "reduce",
                 "images", "base-image", "bench", "gpu-check", "init"):
@@ -98,7 +103,7 @@ def test_installed_command_runs_a_matrix_in_another_directory(installed, tmp_pat
                                    "(torch.randn(2, 4),), {0: {0: 'batch'}}\n")
     (repo / "m.yaml").write_text('torch: ["2.13.0"]\nexporters: [dynamo]\nopsets: [18]\ncases: ["cases.py:*"]\n')
     envs = Path(os.environ.get("HARNESS_ENVS_DIR", ROOT / ".envs"))
-    env = _env(tmp_path, HARNESS_ENVS_DIR=str(envs))   # the shared environments: no torch download
+    env = _env(tmp_path, installed, HARNESS_ENVS_DIR=str(envs))   # the shared environments: no torch download
     proc = subprocess.run([str(installed / "bin" / "torch-onnx-matrix"), "matrix", "--config", "m.yaml"],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -1,16 +1,15 @@
 """The nox sessions end with the harness's own exit code (2 bad input), not nox's generic 1:
 a CI step running `nox -s plan` / `matrix` / `report` / `gate` can tell bad input from a finding.
-Real nox, run with --no-venv so that the session's `python` is the one running these tests."""
+Real nox, run with --no-venv so that the session's `python` is the product environment's
+(tests/helpers.py `product_python`: the declared dependencies only)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS
+from helpers import ROOT, TESTS, product_env
 
 DUPLICATE = "torch: ['2.13.0']\nexporters: [torchscript]\nopsets: [17]\ncases: [conv_bn]\nopsets: [18]\n"
 
@@ -29,8 +28,7 @@ pytestmark = pytest.mark.skipif(NOX is None, reason="nox is not installed")
 
 
 def nox(tmp_path: Path, session: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "HARNESS_ENVS_DIR": str(tmp_path / "envs")}
+    env = product_env(HARNESS_ENVS_DIR=str(tmp_path / "envs"))
     return subprocess.run([NOX, "-f", str(ROOT / "noxfile.py"), "--no-venv", "-s", session, "--", *args],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
 

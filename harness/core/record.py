@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 from harness.core.cell import CellKey, ExportOptions
+from harness.core.passes import PASSES
 from harness.core.status import STAGES, Stage, Status
 from harness.core.text import ENCODE_ERRORS, safe_text
 
@@ -255,6 +256,10 @@ class Record:
     case_files: dict[str, str] = field(default_factory=dict)
     # Whose bug a failing cell is (records written before blame existed have none).
     blame: Blame | None = None
+    # Optional passes asked for this cell that could not be made (harness.core.passes), pass
+    # name → why: a blame ladder that broke, a bundle that could not be written, runtime releases
+    # that could not be tried on its file. Empty (and not written) when every pass ran.
+    passes_not_run: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -293,7 +298,15 @@ class Record:
             del out["blame"]   # records without blame are written as before
         else:
             out["blame"] = self.blame.to_dict()
+        if not self.passes_not_run:
+            del out["passes_not_run"]   # and so are those whose passes all ran
         return out
+
+    def pass_not_run(self, name: str, reason: str) -> None:
+        """Record that the optional pass ``name`` could not be made for this cell, and why."""
+        if name not in PASSES:
+            raise ValueError(f"unknown pass {name!r} (expected one of {', '.join(PASSES)})")
+        self.passes_not_run[name] = safe_text(" ".join(str(reason).split()))[:400]
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, default=str)
@@ -360,6 +373,8 @@ _OPTIONAL = {
         isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
     "notes": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
               "a list of strings"),
+    "passes_not_run": (lambda v: (isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
 }
 _PARITY = {"max_abs": _OPT_NUM, "max_rel": _OPT_NUM, "atol": _OPT_NUM, "rtol": _OPT_NUM,
            "shapes": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.core.passes import PassGap
 from harness.core.record import SCHEMA_VERSION, SchemaError
 
 
@@ -47,6 +48,12 @@ class RunMeta:
     resumed: list[float] = field(default_factory=list)
     fingerprint: dict[str, Any] | None = None     # provenance: harness version, case source hashes
     counts: dict[str, int] | None = None
+    # The folder the matrix file was in (absolute): relative case file names in the records
+    # resolve against it, wherever a later command runs (runs before it: None).
+    base_dir: str | None = None
+    # Optional passes that could not be made (harness.core.passes.PassGap as dicts), set when the
+    # run is finalized: written only when there is one.
+    passes_not_run: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # shards, merged, keys of other versions
 
     @classmethod
@@ -71,10 +78,14 @@ class RunMeta:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        for optional in ("fingerprint", "counts"):
+        for optional in ("fingerprint", "counts", "base_dir", "passes_not_run"):
             if out[optional] is None:
                 del out[optional]
         return {**out, **self.extra}
+
+    def gaps(self) -> list[PassGap]:
+        """The optional passes this run could not make (``passes_not_run``), as ``PassGap``s."""
+        return [PassGap.from_dict(d) for d in self.passes_not_run or [] if isinstance(d, dict)]
 
     def write(self, run_dir: Path) -> None:
         """Atomically replace run_dir/run.json, unless that holds a finished run (``FinishedRun``)."""

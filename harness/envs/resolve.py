@@ -126,9 +126,9 @@ def preflight(plan: Plan, config: Path, skip: Callable[[EnvSpec], str | None] = 
     torch_key = torch_key or {}
     matrix = plan.matrix
     todo = [e.env for e in plan.environments if e.cells and not skip(e.env) and not ready(e.env)]
-    if not todo:
-        return
     problems: dict[tuple[str, str], str] = {}   # one line per key and reason
+    if any(e.cells and not skip(e.env) for e in plan.environments):
+        problems.update(unresolvable_releases(matrix, config, jobs))
     pythons = sorted({s.python for s in todo})
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         py_checks = dict(zip(pythons, pool.map(python_unavailable, pythons)))
@@ -151,3 +151,35 @@ def preflight(plan: Plan, config: Path, skip: Callable[[EnvSpec], str | None] = 
                 f"(torch {bad.spec.torch}, python {bad.spec.python}) cannot install {what}: {bad.message}"))
     if problems:
         raise ConfigError("\n".join(problems.values()))
+
+
+def unresolvable_releases(matrix: Matrix, config: Path, jobs: int = 4) -> dict[tuple[str, str], str]:
+    """The runtime releases ``runtime_versions``, ``runtime_floor`` and ``deploy`` name that the
+    package index cannot install (their runtime-only environments resolved like the torch ones,
+    each release once however many keys name it): (key, message) → one line naming file and key.
+    A release that cannot be installed would otherwise be found only after the whole run."""
+    from harness.envs.runtime_only import RuntimeRelease
+    from harness.envs.venv import VenvProvider
+
+    keys: dict[RuntimeRelease, list[str]] = {}
+    for field in ("runtime_versions", "runtime_floor", "deploy"):
+        for runtime, given in (getattr(matrix, field, None) or {}).items():
+            versions = given if isinstance(given, list) else [given]
+            for i, version in enumerate(versions):
+                where = f"{field}.{runtime}" + (f"[{i}]" if isinstance(given, list) else "")
+                keys.setdefault(RuntimeRelease(runtime, version), []).append(where)
+    python = getattr(matrix.install, "python", None) or "3.11"
+    provider = VenvProvider(log=lambda *a, **k: None)
+    specs = {rel: rel.spec(python, matrix.install) for rel in keys}
+    todo = [rel for rel, spec in specs.items() if not provider.is_ready(spec)]
+    problems: dict[tuple[str, str], str] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for rel, bad in zip(todo, pool.map(resolve_spec, [specs[r] for r in todo])):
+            if bad is None:
+                continue
+            named = "', '".join(keys[rel])
+            problems[(keys[rel][0], bad.message)] = (
+                f"{config}: key '{named}': expected a release of {rel.package} that the package index has; "
+                f"{rel.package}=={rel.version} (runtime-only environment, python {python}) cannot be "
+                f"installed: {bad.message}")
+    return problems

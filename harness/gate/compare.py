@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Mapping
 
 from harness.core.cell import CellKey
 from harness.core.files import differing_case_files
 from harness.core.record import Record
 from harness.core.status import Stage, Status
-from harness.gate.deploy import deploy_failure, floor_raised
+from harness.gate.deploy import deploy_failure, deploy_unchecked, floor_raised
 from harness.gate.sources import Side
 from harness.gate.stats import (
     DEFAULT_ALPHA,
@@ -84,6 +84,7 @@ class CellComparison:
     remeasured: bool = False
     notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
     drift: GraphDrift | None = None    # what changed in the exported file (information by default)
+    deploy_unchecked: str | None = None   # why the deployed release was not tried on the candidate's file
 
     @property
     def name(self) -> str:
@@ -222,8 +223,10 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
     return cell
 
 
-def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Settings) -> list[CellComparison]:
-    """One comparison per cell key present on either side, in a stable order."""
+def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Settings,
+                  deploy: Mapping[str, str] | None = None) -> list[CellComparison]:
+    """One comparison per cell key present on either side, in a stable order; ``deploy``: the
+    gate's matrix's deployed release per runtime (each passing candidate file must be tried there)."""
     by_base = {r.key: reannotate(r, annotate) for r in base.records}
     by_cand = {r.key: reannotate(r, annotate) for r in cand.records}
     out = []
@@ -235,7 +238,7 @@ def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Setting
         cell = compare_cell(key, b, c, settings, match)
         cell.drift = cell_drift(b, c)
         block_on_drift(cell, settings)
-        block_on_deploy(cell)
+        block_on_deploy(cell, deploy)
         out.append(cell)
     return out
 
@@ -245,15 +248,32 @@ _CANDIDATE_PASSED = (Verdict.UNCHANGED, Verdict.FASTER, Verdict.FIXED, Verdict.S
                      Verdict.PARITY_DRIFT, Verdict.XPASS)
 
 
-def block_on_deploy(cell: CellComparison) -> None:
+def block_on_deploy(cell: CellComparison, deploy: Mapping[str, str] | None = None) -> None:
     """A candidate file that fails on a release the matrix's ``deploy`` names (and the baseline's
-    did not) is a new failure; a raised runtime floor is information (harness.gate.deploy)."""
+    did not) is a new failure; one that was not tried there cannot be judged (not comparable, and
+    the gate cannot tell: ``deploy_problem``); a raised runtime floor is information
+    (harness.gate.deploy)."""
     if cell.cand is None:
         return
-    if cell.verdict in _CANDIDATE_PASSED and (why := deploy_failure(cell.base, cell.cand)):
+    if cell.verdict in _CANDIDATE_PASSED and (unchecked := deploy_unchecked(cell.cand, deploy or {})):
+        cell.deploy_unchecked = unchecked
+        if not cell.verdict.blocking:   # a regression found on the matrix's runtime stays one
+            cell.verdict, cell.detail = Verdict.NOT_COMPARABLE, f"deployed runtime not checked: {unchecked}"
+        else:
+            cell.notes.append(f"deployed runtime not checked: {unchecked}")
+    elif cell.verdict in _CANDIDATE_PASSED and (why := deploy_failure(cell.base, cell.cand)):
         cell.verdict, cell.detail = Verdict.NEW_FAILURE, f"deployed runtime: {why}"
     elif note := floor_raised(cell.base, cell.cand):
         cell.notes.append(note)
+
+
+def deploy_problem(cells: list[CellComparison]) -> str | None:
+    """Why the gate cannot tell because deployed releases were not tried (None: every one was)."""
+    unchecked = [c for c in cells if c.deploy_unchecked]
+    if not unchecked:
+        return None
+    return (f"the deployed runtime release was not tried on {len(unchecked)} passing cell(s) "
+            f"(e.g. {unchecked[0].name}: {unchecked[0].deploy_unchecked})")
 
 
 # Verdicts of cells that worked on both sides: only there can an interface change be the news.

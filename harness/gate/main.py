@@ -20,7 +20,7 @@ from harness.console import console
 from harness.core.cell import CellKey
 from harness.core.record import Record, read_records
 from harness.core.status import Status
-from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, compare_sides
+from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, compare_sides, deploy_problem
 from harness.gate.output import write_outputs
 from harness.gate.sources import (
     PendingSide,
@@ -169,7 +169,7 @@ def run_gate(req: GateRequest) -> int:
                                                  current) for which in refs}
     check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
-    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
+    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
     remeasure(cells, base, cand, matrix, req, out, current)
     return conclude(cells, base, cand, req.settings, out, current)
 
@@ -178,7 +178,8 @@ def conclude(cells: list[CellComparison], base: Side, cand: Side, settings: Sett
              current: dict) -> int:
     """The gate's exit code, written out with its reports (a torch gate and a package gate alike)."""
     coverage = Coverage.of(cells)
-    problem = coverage.problem(settings.min_compared)
+    # A deployed release that was not tried on a passing file: whatever --min-compared allows.
+    problem = coverage.problem(settings.min_compared) or deploy_problem(cells)
     # A regression among the compared cells is one whatever else is missing; without one, a gate
     # that compared too little cannot tell (2), never "no regression" (0).
     code = 1 if any(c.verdict.blocking for c in cells) else 2 if problem else 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.text import ENCODE_ERRORS
-from harness.gate.compare import CellComparison, Coverage, Settings, Verdict
+from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, deploy_problem
 from harness.gate.sources import Side
 from harness.report.text import md_code, md_text
 
@@ -65,7 +65,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
     regressions = [c for c in cells if c.verdict.blocking]
     counts = {v: sum(1 for c in cells if c.verdict is v) for v in Verdict}
     coverage = coverage or Coverage.of(cells)
-    problem = coverage.problem(settings.min_compared)
+    problem = coverage.problem(settings.min_compared) or deploy_problem(cells)
     head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
             else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
     moved = (f"{md_text(base.title)} → {md_text(cand.title)}" if base.subject

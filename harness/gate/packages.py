@@ -111,7 +111,7 @@ def run_package_gate(req, bump: PackageBump) -> int:
              for which in versions}
     check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
-    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings)
+    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
     slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
     if slower and req.remeasure > 0:
         console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")

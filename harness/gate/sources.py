@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.passes import matrix_releases
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
 from harness.matrix.config import Matrix, TorchSpec
@@ -121,7 +122,7 @@ def stored_records(plan: Plan, current: dict[str, Any], reports: Path,
     # hashes every package installed): a cell of another companion pin is another cell.
     if envs is None:
         envs = {c.cell_id: e.env.name for e in plan.environments for c in e.cells}
-    wanted = Wanted(fingerprint=current, base_dir=base_dir, envs=envs)
+    wanted = Wanted(fingerprint=current, base_dir=base_dir, envs=envs, releases=matrix_releases(plan.matrix))
     # One damaged run must not block every later gate: its cells are run again instead.
     found = reuse(policy, reports, wanted, [c.cell_id for c in plan.cells],
                   damaged=lambda d, exc: print(f"warning: skipping stored run {d.name}: {exc}", file=sys.stderr))

@@ -79,6 +79,30 @@ def _check_version(v: str, what: str = "a release version such as '2.13.0'") -> 
     return v
 
 
+def canonical_release(v: str) -> str:
+    """One spelling per release of a package: PEP 440 equal versions (``1.18.1.0``, ``v1.18.1``,
+    ``1.18.1``) become one text, so one release is one runtime-only environment. Trailing zero
+    components beyond three are dropped and shorter releases padded to three (``1.18`` is
+    ``1.18.0``, the release ``==1.18`` installs); pre, post, dev and local parts are kept."""
+    ver = Version(v)
+    release = list(ver.release)
+    while len(release) > 3 and release[-1] == 0:
+        release.pop()
+    release += [0] * (3 - len(release))
+    text = (f"{ver.epoch}!" if ver.epoch else "") + ".".join(map(str, release))
+    if ver.pre:
+        text += f"{ver.pre[0]}{ver.pre[1]}"
+    if ver.post is not None:
+        text += f".post{ver.post}"
+    if ver.dev is not None:
+        text += f".dev{ver.dev}"
+    return text + (f"+{ver.local}" if ver.local else "")
+
+
+def _runtime_release(v: str) -> str:
+    return canonical_release(_check_version(v, "a release of the runtime's package such as '1.18.1'"))
+
+
 def _check_pin(v: str) -> str:
     """A companion pin: a version ('2.3.5') or a version specifier ('<2.3', '>=1.26,<2')."""
     try:
@@ -186,8 +210,8 @@ def runtime_only_runtimes() -> list[str]:
 
 
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-RuntimeVersion = Annotated[str, AfterValidator(
-    lambda v: _check_version(v, "a release of the runtime's package such as '1.18.1'"))]
+# A runtime release in runtime_versions / runtime_floor / deploy, in its one spelling.
+RuntimeVersion = Annotated[str, AfterValidator(_runtime_release)]
 
 
 # A case's name becomes part of cell ids, file names, logs and every report: at most this many

@@ -16,19 +16,26 @@ runtime that were attempted (not skipped), none passes, and the torch release be
 same results) had a passing one: upgrading to it leaves no configuration to ship.
 
 The records come from one run, or from the store's finished runs through the advise policy of
-``harness.store.reuse`` (the newest record per cell whose case files are unchanged).
+``harness.store.reuse`` (the newest record per cell whose case files are unchanged, each run's
+relative case file names read against its own matrix folder, wherever the command runs). Two
+different cases with one name (another source file, in runs of another matrix) are never ranked
+together: a case is its name and its source hash (the run's fingerprint), ``Sources``.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from harness.core.record import Record
 from harness.core.status import Status
 from harness.report.aggregate import torch_sort_key
 from harness.report.text import md_code, md_text
+
+# Run id → case name → the hash of the case's source (the run's fingerprint): what tells two
+# different cases of one name apart.
+Sources = Mapping[str, Mapping[str, Any]]
 
 RULE = ("fastest median latency; ties: smaller parity margin (max_abs / atol), then smaller file, "
         "then newer torch, then cell id")
@@ -98,6 +105,7 @@ class Advice:
     runtime: str
     ranked: list[Choice] = field(default_factory=list)
     attempted: int = 0               # cells that ran (not skipped)
+    source: str | None = None        # the case's source hash, when the records' runs recorded it
 
     @property
     def best(self) -> Choice | None:
@@ -113,15 +121,25 @@ class Loss:
     runtime: str
     before: str
     attempted: int
+    source: str | None = None        # the case's source hash (see ``Advice.source``)
 
 
-def advise(records: Iterable[Record], case: str | None = None, runtime: str | None = None) -> list[Advice]:
-    """One ``Advice`` per (case, runtime) of the records (only ``case`` / ``runtime`` when given)."""
-    out: dict[tuple[str, str], Advice] = {}
+def case_source(rec: Record, sources: Sources | None) -> str | None:
+    """The hash of the source of the case ``rec`` ran, as its run recorded it (None: unknown)."""
+    value = ((sources or {}).get(rec.run_id) or {}).get(rec.case)
+    return str(value) if value else None
+
+
+def advise(records: Iterable[Record], case: str | None = None, runtime: str | None = None,
+           sources: Sources | None = None) -> list[Advice]:
+    """One ``Advice`` per (case, runtime) of the records (only ``case`` / ``runtime`` when given);
+    with ``sources``, one per case source as well: two cases of one name are ranked apart."""
+    out: dict[tuple[str, str, str], Advice] = {}
     for rec in records:
         if (case is not None and rec.case != case) or (runtime is not None and rec.runtime != runtime):
             continue
-        adv = out.setdefault((rec.case, rec.runtime), Advice(rec.case, rec.runtime))
+        source = case_source(rec, sources)
+        adv = out.setdefault((rec.case, source or "", rec.runtime), Advice(rec.case, rec.runtime, source=source))
         if rec.status is not Status.SKIP:
             adv.attempted += 1
         if rec.status.passed:
@@ -131,38 +149,56 @@ def advise(records: Iterable[Record], case: str | None = None, runtime: str | No
     return [out[k] for k in sorted(out)]
 
 
-def losses(records: Iterable[Record]) -> list[Loss]:
-    """Per torch release, the (case, runtime) pairs that lose every passing configuration."""
-    by: dict[tuple[str, str], dict[str, list[Record]]] = {}
+def losses(records: Iterable[Record], sources: Sources | None = None) -> list[Loss]:
+    """Per torch release, the (case, runtime) pairs that lose every passing configuration (each
+    case source apart, with ``sources``)."""
+    by: dict[tuple[str, str, str], dict[str, list[Record]]] = {}
     for rec in records:
         if rec.status is not Status.SKIP:
-            by.setdefault((rec.case, rec.runtime), {}).setdefault(rec.torch, []).append(rec)
+            key = (rec.case, case_source(rec, sources) or "", rec.runtime)
+            by.setdefault(key, {}).setdefault(rec.torch, []).append(rec)
     out = []
-    for (case, runtime), per_torch in by.items():
+    for (case, source, runtime), per_torch in by.items():
         ordered = sorted(per_torch, key=torch_sort_key)
         for before, torch in zip(ordered, ordered[1:]):
             if any(r.status.passed for r in per_torch[before]) and not any(r.status.passed for r in per_torch[torch]):
-                out.append(Loss(torch, case, runtime, before, len(per_torch[torch])))
+                out.append(Loss(torch, case, runtime, before, len(per_torch[torch]), source or None))
     return sorted(out, key=lambda x: (torch_sort_key(x.torch), x.case, x.runtime))
 
 
 # ---- records to advise from -------------------------------------------------------------------
 
-def store_records(reports: Path, base_dir: Path | str = ".") -> tuple[list[Record], list[str]]:
-    """The newest record per cell of the store's finished runs that the advise policy accepts
-    (case files unchanged, relative names against ``base_dir``), and the run ids they came from."""
+@dataclass
+class Stored:
+    """What the advisor reads from a store: the newest acceptable record per cell, the runs they
+    came from, each run's case sources, and what was read and refused (for a useful "nothing")."""
+
+    records: list[Record]
+    runs: list[str]
+    sources: dict[str, dict[str, Any]]
+    scanned: int                     # finished runs read
+    refused: dict[str, str]          # cell id → why its newest stored record was refused
+
+
+def store_records(reports: Path) -> Stored:
+    """The newest record per cell of the store's finished runs that the advise policy accepts:
+    case files unchanged, each run's relative names read against its own matrix folder."""
     from harness.store.reuse import ADVISE, Wanted, reuse
 
-    found = reuse(ADVISE, reports, Wanted(base_dir=base_dir))
-    runs = sorted({run.meta.run_id for run in found.runs.values()})
-    return list(found.records.values()), runs
+    found = reuse(ADVISE, reports, Wanted(base_dir_of_run=True))
+    runs = {run.meta.run_id: run for run in found.runs.values()}
+    sources = {rid: dict((run.fingerprint or {}).get("cases") or {}) for rid, run in runs.items()}
+    return Stored(list(found.records.values()), sorted(runs), sources, found.scanned, dict(found.refused))
 
 
 # ---- rendering --------------------------------------------------------------------------------
 
-def advice_lines(adv: Advice, losses_here: list[Loss] = ()) -> list[str]:
-    """Plain text of one case on one runtime, for the command line."""
-    lines = [f"{adv.case} on {adv.runtime}: {len(adv.ranked)} of {adv.attempted} configuration(s) pass"]
+def advice_lines(adv: Advice, losses_here: list[Loss] = (), name_source: bool = False) -> list[str]:
+    """Plain text of one case on one runtime, for the command line (``name_source``: say which
+    case source, when several cases share the name)."""
+    source = f" (case source {adv.source[:12]})" if name_source and adv.source else \
+        " (case source not recorded)" if name_source else ""
+    lines = [f"{adv.case}{source} on {adv.runtime}: {len(adv.ranked)} of {adv.attempted} configuration(s) pass"]
     best = adv.best
     if best is None:
         lines.append("  no passing configuration: nothing to ship on this runtime")

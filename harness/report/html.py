@@ -24,6 +24,7 @@ from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS, bounded_name
 from harness.report import diagnosis, plots
 from harness.report.floors import floor_rows
+from harness.report.passes import html_rows as passes_rows
 from harness.report.aggregate import (
     AXES,
     FAILED,
@@ -252,7 +253,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         reduced=diagnosis.reduced_rows(records), releases=floor_rows(records),
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href, index_label=index_label,
-        load_note=load_note(records, meta), advice=advice_rows(records),
+        load_note=load_note(records, meta), advice=advice_rows(records), passes_not_made=passes_rows(records),
         css=_asset("report.css"), js=_asset("matrix.js"))
 
 

@@ -27,6 +27,7 @@ from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
 from harness.report.floors import markdown_section as floors_section
 from harness.report.overview import ROW, overview_markdown, skip_only_rows
+from harness.report.passes import markdown_section as passes_section
 from harness.report.text import md_code, md_text
 
 S = Status
@@ -163,6 +164,7 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     links = " · ".join(f"[{md_text(Path(p).stem)}]({p})" for p in plots)
     loaded = load_note(records, meta)
     head += f"**{md_text(loaded)}**\n\n" if loaded else ""
+    head += passes_section(records)   # passes that could not be made: read before the matrix
     folded = "Rows skipped on every torch are left out (see the overview's skip lines).\n\n" \
         if skip_only_rows(df).any() else ""
     return (head + f"{overview_markdown(df)}Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"

@@ -381,7 +381,9 @@ def diagnose(ctx: Any, cell: Any, rec: Record) -> None:
     try:
         rec.blame = _diagnose(ctx, cell, rec)
     except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the verdict
-        rec.blame = Blame("unknown", f"the blame ladder itself failed: {type(exc).__name__}: {exc}"[:300])
+        why = f"the blame ladder itself failed: {type(exc).__name__}: {exc}"[:300]
+        rec.blame = Blame("unknown", why)
+        rec.pass_not_run("blame", why)   # said in run.json and the reports, not only here
     rec.blame.seconds = round(time.perf_counter() - t0, 3)
     rec.duration_s = {**rec.duration_s, "blame": rec.blame.seconds}
 

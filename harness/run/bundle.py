@@ -48,7 +48,8 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
     rec.bundle = str(bundle_dir)
     try:
         write_upstream(ctx, rec, bundle_dir)   # repro.py, ISSUE.md, ONNX test data
-    except Exception:  # noqa: BLE001 - the bundle's extras never cost the cell its record
+    except Exception as exc:  # noqa: BLE001 - the bundle's extras never cost the cell its record
         traceback.print_exc()
+        rec.pass_not_run("bundle", f"repro.py, ISSUE.md or the test data not written: {type(exc).__name__}: {exc}")
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
                  f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

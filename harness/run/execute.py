@@ -115,6 +115,11 @@ def _execute(request: RunRequest, run: HeldRun, jobs: int) -> None:
     if releases is not None:
         meta.extra["runtime_releases"] = dataclasses.asdict(releases)
     shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
+    if matrix.reduce:
+        # Before the run is finalized: a reduction that could not be made is in its run.json.
+        from harness.run.reduce import reduce_run
+
+        reduce_run(run_dir, timeout_s=matrix.reduce_timeout_s, log=_say)
 
 
 def _say(message: str) -> None:

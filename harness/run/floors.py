@@ -28,13 +28,14 @@ from typing import Any, Callable, Generator
 
 from packaging.version import Version
 
+from harness.core.passes import NOT_INSTALLED, asked_releases, releases_missing
 from harness.core.record import Record, read_records
-from harness.core.status import Status
 from harness.envs.provider import harness_process_env
 from harness.envs.runtime_only import RuntimeOnlyEnvs, RuntimeRelease
 from harness.run.runtime_probe import FAIL, PASS, SPOOL_META, ProbeResult
 
 PROBE_TIMEOUT_S = 300
+INSTALL_STAGE = NOT_INSTALLED   # a release whose environment could not be made: nothing known of the file
 
 
 @dataclass
@@ -57,6 +58,10 @@ class RuntimeAxes:
     def runtimes(self) -> set[str]:
         return set(self.versions) | set(self.floor) | set(self.deploy)
 
+    def asked(self, runtime: str) -> dict[str, Any]:
+        """What each passing file of ``runtime`` is tried on, by the key that asks."""
+        return asked_releases(self.versions, self.floor, self.deploy, runtime)
+
 
 @dataclass
 class FloorStats:
@@ -69,14 +74,18 @@ class FloorStats:
     seconds: float = 0.0
 
 
-def file_facts(path: Path) -> dict[str, Any]:
-    """The file's digest, IR version and opset imports (what decides which releases read it)."""
-    import onnx
+def file_facts(path: Path, graph: dict[str, Any]) -> dict[str, Any]:
+    """The file's digest, IR version and opset imports (what decides which releases read it).
 
+    The runner has no onnx (not a dependency of the tool): the IR version and opset imports are
+    the ones the worker read from this very file when it exported it (``graph_facts``, in the
+    record's ``graph``); a record without them is a ``ValueError``."""
+    ir_version, opsets = graph.get("ir_version"), graph.get("opset_imports")
+    if not isinstance(ir_version, int) or not isinstance(opsets, dict):
+        raise ValueError("the record holds no IR version and opset imports of its file (its graph "
+                         "facts could not be taken)")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    model = onnx.load(str(path), load_external_data=False)
-    return {"sha256": digest, "ir_version": int(model.ir_version),
-            "opsets": {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}}
+    return {"sha256": digest, "ir_version": ir_version, "opsets": {str(d): int(v) for d, v in opsets.items()}}
 
 
 class ReleaseProber:
@@ -106,7 +115,7 @@ class ReleaseProber:
     def _probe(self, spools: list[Path], release: RuntimeRelease) -> list[ProbeResult]:
         env = self.envs.get(release)
         if env.error is not None:
-            return [ProbeResult(FAIL, stage="install", error=env.error)] * len(spools)
+            return [ProbeResult(FAIL, stage=INSTALL_STAGE, error=env.error)] * len(spools)
         self.probes += len(spools)
         self.processes += 1
         cmd = [env.python, "-m", "harness.run.runtime_probe", "--runtime", release.runtime,
@@ -147,41 +156,53 @@ def floor_reason(package: str, oldest_ok: str | None, first_bad: str, bad: Probe
 
 def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Generator[RuntimeRelease, ProbeResult, dict[str, Any]]:
     """The oldest release that works, by bisection over ``releases``: yields each release to try,
-    is sent what it made of the file, returns ``{oldest_ok, first_bad, reason, tried}``. Working
-    is assumed to stay working in newer releases: the newest is tried first, then halves, then
-    the release just below the floor (so ``first_bad`` is always a release that was tried)."""
+    is sent what it made of the file, returns ``{oldest_ok, first_bad, reason, tried, listed}``.
+    Working is assumed to stay working in newer releases: the newest is tried first, then halves
+    between the oldest known to work and the newest known to fail (so ``first_bad`` is always a
+    release that was tried). A release that could not be installed says nothing about the file:
+    it is left out of the search and named in ``not_installed``, never a ``first_bad``."""
     ordered = sorted(releases, key=lambda r: Version(r.version))
     package = ordered[0].package
     tried: dict[str, ProbeResult] = {}
+    not_installed: dict[str, str] = {}
 
-    def brief() -> dict[str, str]:
-        return {v: _brief(r) for v, r in sorted(tried.items(), key=lambda kv: Version(kv[0]))}
+    def usable(below: RuntimeRelease | None = None, above: RuntimeRelease | None = None) -> list[RuntimeRelease]:
+        return [r for r in ordered if r.version not in not_installed and r.version not in tried
+                and (below is None or Version(r.version) < Version(below.version))
+                and (above is None or Version(r.version) > Version(above.version))]
 
-    newest = ordered[-1]
-    tried[newest.version] = yield newest
-    if tried[newest.version].status != PASS:
-        return {"oldest_ok": None, "first_bad": newest.version,
-                "reason": floor_reason(package, None, newest.version, tried[newest.version], facts),
-                "tried": brief()}
-    lo, hi = 0, len(ordered) - 1          # ordered[hi] works
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ordered[mid].version not in tried:
-            tried[ordered[mid].version] = yield ordered[mid]
-        if tried[ordered[mid].version].status == PASS:
-            hi = mid
+    def result(**out: Any) -> dict[str, Any]:
+        out["tried"] = {v: _brief(r) for v, r in sorted(tried.items(), key=lambda kv: Version(kv[0]))}
+        out["listed"] = [r.version for r in ordered]
+        if not_installed:
+            out["not_installed"] = dict(not_installed)
+        return out
+
+    good = bad = None
+    while good is None and (left := usable()):        # the newest release that can be installed
+        newest = left[-1]
+        tried[newest.version] = answer = yield newest
+        if answer.stage == INSTALL_STAGE:
+            not_installed[newest.version] = answer.error or "install failed"
+        elif answer.status == PASS:
+            good = newest
         else:
-            lo = mid + 1
-    out: dict[str, Any] = {"oldest_ok": ordered[hi].version, "first_bad": None, "reason": None}
-    if hi > 0:
-        below = ordered[hi - 1]
-        if below.version not in tried:
-            tried[below.version] = yield below
-        if tried[below.version].status != PASS:
-            out.update(first_bad=below.version,
-                       reason=floor_reason(package, ordered[hi].version, below.version, tried[below.version], facts))
-    out["tried"] = brief()
-    return out
+            return result(oldest_ok=None, first_bad=newest.version,
+                          reason=floor_reason(package, None, newest.version, answer, facts))
+    if good is None:
+        return result(oldest_ok=None, first_bad=None,
+                      reason=f"no listed {package} release could be installed: the file was tried on none")
+    while left := usable(below=good, above=bad):
+        mid = left[len(left) // 2]
+        tried[mid.version] = answer = yield mid
+        if answer.stage == INSTALL_STAGE:
+            not_installed[mid.version] = answer.error or "install failed"
+        elif answer.status == PASS:
+            good = mid
+        else:
+            bad = mid
+    return result(oldest_ok=good.version, first_bad=bad.version if bad else None,
+                  reason=floor_reason(package, good.version, bad.version, tried[bad.version], facts) if bad else None)
 
 
 def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease], ProbeResult],
@@ -220,26 +241,38 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
                      axes: RuntimeAxes, prober: ReleaseProber, log: Callable[[str], None] = print) -> FloorStats:
     """Add ``graph.runtime_versions``, ``runtime_floor``, ``deploy`` and ``onnx_file`` to every
     passing record whose runtime is asked for and whose file is spooled (``spools``: cell id →
-    spool folder; ``runtimes``: cell id → runtime name)."""
+    spool folder; ``runtimes``: cell id → runtime name). What could not be tried, and why, goes
+    into the record's ``passes_not_run``: a file that cannot be read back, a release that could
+    not be installed, a cell taken from the store whose run did not try what is asked now."""
     stats = FloorStats()
     t0 = time.monotonic()
     facts_of: dict[Path, dict[str, Any]] = {}
     todo: list[tuple[Record, str, Path]] = []
     for rec in records:
         runtime = runtimes.get(rec.cell_id)
-        spool = spools.get(rec.cell_id)
-        if rec.status is not Status.PASS or runtime not in axes.runtimes() or spool is None:
+        if not rec.status.passed or runtime not in axes.runtimes():
             continue
+        asked = axes.asked(runtime)
+        if rec.cached_from:
+            # Taken from the store: it keeps what its own run tried (the cell key covers the
+            # releases asked, so that is normally everything); anything short of it is said.
+            for name, what in releases_missing(rec.graph or {}, runtime, asked).items():
+                rec.pass_not_run(name, f"taken from run {rec.cached_from}, which did not try it ({what}); "
+                                       "--fresh runs the cell again")
+            continue
+        spool = spools.get(rec.cell_id)
         try:
+            if spool is None:
+                raise FileNotFoundError("the plan has no export group for this cell")
             meta = json.loads((spool / SPOOL_META).read_text())
             if "outputs" not in meta:
-                continue
+                raise ValueError("eager's outputs were not kept beside the exported file")
             if spool not in facts_of:
-                facts_of[spool] = file_facts(spool / meta["onnx"])
-        except FileNotFoundError:
-            continue       # nothing spooled: the cell came from the store, or an earlier attempt
-        except Exception as exc:  # noqa: BLE001 - a file onnx cannot read is noted, never fatal
-            rec.notes.append(f"runtime releases not tried: {type(exc).__name__}: {exc}"[:300])
+                facts_of[spool] = file_facts(spool / meta["onnx"], rec.graph or {})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = f"the exported file could not be read back from the spool: {type(exc).__name__}: {exc}"
+            for name in asked:
+                rec.pass_not_run(name, why)
             continue
         rec.graph["onnx_file"] = {**facts_of[spool], "export_group": spool.name}   # the export reused
         todo.append((rec, runtime, spool))
@@ -258,17 +291,31 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
 
     floors = drive(searches, answer)
     for rec, rt, spool in todo:
-        if versions := axes.versions.get(rt):
-            rec.graph.setdefault("runtime_versions", {})[rt] = {
-                v: prober.done[(digest[spool], RuntimeRelease(rt, v))].to_dict() for v in versions}
+        done = {v: prober.done[(digest[spool], RuntimeRelease(rt, v))] for v in axes.versions.get(rt, [])}
+        if done:
+            rec.graph.setdefault("runtime_versions", {})[rt] = {v: r.to_dict() for v, r in done.items()}
+            _say_not_installed(rec, "runtime_versions", rt, done)
         if (spool, rt) in floors:
-            rec.graph.setdefault("runtime_floor", {})[rt] = floors[(spool, rt)]
+            floor = rec.graph.setdefault("runtime_floor", {})[rt] = floors[(spool, rt)]
+            _say_not_installed(rec, "runtime_floor", rt, {v: ProbeResult(FAIL, stage=INSTALL_STAGE, error=e)
+                                                          for v, e in floor.get("not_installed", {}).items()})
         if rt in axes.deploy:
             result = prober.done[(digest[spool], RuntimeRelease(rt, axes.deploy[rt]))]
             rec.graph.setdefault("deploy", {})[rt] = {"version": axes.deploy[rt], **result.to_dict()}
+            _say_not_installed(rec, "deploy", rt, {axes.deploy[rt]: result})
     stats.probes, stats.processes = prober.probes, prober.processes
     stats.seconds = round(time.monotonic() - t0, 2)
     return stats
+
+
+def _say_not_installed(rec: Record, name: str, runtime: str, results: dict[str, ProbeResult]) -> None:
+    """The releases of one pass that could not be installed, as the record's pass not run."""
+    failed = {v: r for v, r in results.items() if r.stage == INSTALL_STAGE}
+    if failed:
+        package = RuntimeRelease(runtime, next(iter(failed))).package
+        first = next(iter(failed.values()))
+        rec.pass_not_run(name, f"{package} {', '.join(failed)} could not be installed, so the file was "
+                               f"not tried there: {first.error or 'no reason given'}")
 
 
 def annotate_run(run_dir: Path, plan: Any, axes: RuntimeAxes, threads: int = 1,
@@ -288,11 +335,13 @@ def annotate_run(run_dir: Path, plan: Any, axes: RuntimeAxes, threads: int = 1,
     results = Path(run_dir) / "results.jsonl"
     records = read_records(results)
     envs = RuntimeOnlyEnvs(python=getattr(install, "python", None) or "3.11", install=install)
+    before = [r.to_json() for r in records]
     stats = annotate_records(records, spools, runtimes, axes, ReleaseProber(envs, threads), log)
-    if stats.cells:
+    if [r.to_json() for r in records] != before:   # facts added, or passes that could not be made
         tmp = results.with_name(results.name + ".floors")
         tmp.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
         os.replace(tmp, results)
+    if stats.cells:
         log(f"runtime releases: {stats.cells} cell(s), {stats.files} file(s), {stats.probes} "
             f"load-and-run(s) in {stats.processes} runtime-only process(es), {stats.seconds} s, no export")
     return stats

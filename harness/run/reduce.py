@@ -287,6 +287,10 @@ class Reduction:
     note: str | None = None            # why there is no (smaller) reduced graph
     seconds: float | None = None
     timeout_s: float | None = None
+    # The reduction could not be made (no bundle, no environment, Polygraphy missing, the driver
+    # broke or ran out of time): a pass that did not run (harness.core.passes), not a finding
+    # such as "the failure does not reproduce on the file alone".
+    failed: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, {})}
@@ -364,6 +368,7 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     expected = _expected(bundle, failure.shape, model)
     if failure.stage == Stage.PARITY.value and expected is None:
         out.note = "the bundle has no eager outputs (expected.npz): re-run the cell to write them"
+        out.failed = True
         return out
     work.mkdir(parents=True, exist_ok=True)
     values = TensorStore(layerwise_values(original, feeds, deadline))
@@ -466,7 +471,7 @@ def env_main(argv: list[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-        result = Reduction(note=f"reduction failed: {_short(exc)}", timeout_s=args.timeout)
+        result = Reduction(note=f"reduction failed: {_short(exc)}", timeout_s=args.timeout, failed=True)
     print("REDUCTION " + json.dumps(result.to_dict()))
     return 0
 
@@ -520,18 +525,18 @@ def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv
 
     bundle = bundle_dir(run_dir, rec)
     if bundle is None:
-        return Reduction(note="no bundle with model.onnx for this cell").to_dict()
+        return Reduction(failed=True, note="no bundle with model.onnx for this cell").to_dict()
     if provider != "venv":
-        return Reduction(note=f"the cell ran in a {provider} environment; reductions run in the "
+        return Reduction(failed=True, note=f"the cell ran in a {provider} environment; reductions run in the "
                               "cell's uv environment (run the matrix with the venv provider)").to_dict()
     python = envs_dir() / rec.env / "bin" / "python"
     if not python.exists():
-        return Reduction(note=f"environment {rec.env} is not on this machine ({python} missing); "
+        return Reduction(failed=True, note=f"environment {rec.env} is not on this machine ({python} missing); "
                               "reductions run in the cell's uv environment").to_dict()
     try:
         tools = polygraphy_dir()
     except (RuntimeError, OSError) as exc:
-        return Reduction(note=f"Polygraphy is not available: {exc}").to_dict()
+        return Reduction(failed=True, note=f"Polygraphy is not available: {exc}").to_dict()
     work = Path(run_dir) / "reduce" / rec.cell_id
     work.mkdir(parents=True, exist_ok=True)
     (work / "record.json").write_text(rec.to_json())
@@ -545,11 +550,11 @@ def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                                   timeout=timeout_s + 120)
         except subprocess.TimeoutExpired:
-            return Reduction(note=f"the reduction did not end within {timeout_s:g} s (+120 s)",
+            return Reduction(failed=True, note=f"the reduction did not end within {timeout_s:g} s (+120 s)",
                              timeout_s=timeout_s).to_dict()
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("REDUCTION ")), None)
     if line is None:
-        return Reduction(note=f"the reduction driver exited {proc.returncode} without a result "
+        return Reduction(failed=True, note=f"the reduction driver exited {proc.returncode} without a result "
                               f"(log: {work / 'driver.log'})").to_dict()
     return json.loads(line.removeprefix("REDUCTION "))
 
@@ -577,7 +582,10 @@ def reduce_run(run_dir: Path, cells: list[str] | None = None, timeout_s: float =
     for rec in chosen:
         log(f"reducing {rec.cell_id} ({rec.stage}: {(rec.error or '')[:100]}) …")
         provider = (meta.environments.get(rec.env) or {}).get("provider", "venv")
-        outcome = reduce_cell(Path(run_dir), rec, timeout_s, provider)
+        try:
+            outcome = reduce_cell(Path(run_dir), rec, timeout_s, provider)
+        except Exception as exc:  # noqa: BLE001 - a broken reduction is this cell's pass not run, said
+            outcome = Reduction(failed=True, note=f"the reduction broke: {type(exc).__name__}: {exc}"[:400]).to_dict()
         append_reduction(Path(run_dir), rec.cell_id, outcome)
         results[rec.cell_id] = outcome
         log(f"  {describe(outcome)}")

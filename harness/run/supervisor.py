@@ -10,6 +10,10 @@ Whatever a case does, the run goes on and every planned cell gets exactly one re
   cell, charged to the stage the group said it was in: reference, export or check). The
   cell is retried in a fresh worker; a cell that kills ``MAX_DEATHS_PER_CELL`` workers is recorded
   as ``crash``, and the run moves on (no endless restarts);
+- a worker that dies before it starts a group ran no case code: killed by a signal (the kernel's
+  OOM killer during ``import torch`` on a busy machine) it is retried, nothing charged, up to
+  ``MAX_STARTUP_KILLS`` in a row; one that exits by itself (an import error) or is killed that
+  often means the environment is broken (its cells: ``EnvironmentBuildError``);
 - a worker that makes no progress (no event) for ``cell_timeout_s`` is killed and the cell is
   ``timeout``, judged by the cell's own progress (``Progress``): a cell its processes keep busy
   gets ``cell_timeout_s`` of CPU time (a starved cell on a loaded machine is not cut short), one
@@ -298,7 +302,7 @@ class WorkerSupervisor:
                     return None
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=2)   # the pipe closes a moment before the exit is seen
-                return Death(Status.CRASH, f"Crash: {exit_reason(proc)}")
+                return Death(Status.CRASH, f"Crash: {exit_reason(proc)}", killed=(proc.poll() or 0) < 0)
 
     def _drain_events(self, fd: int, buf: bytes, state: AttemptState, pid: int, token: str) -> bytes:
         while select.select([fd], [], [], 0)[0]:
@@ -342,6 +346,8 @@ class WorkerSupervisor:
                 reap(worker_pid, token, keep={worker_pid})   # what the previous group left behind
             state.groups_started += 1
             state.group, state.cell, state.stage = group, None, None
+            with self.work.lock:
+                self.work.startup_deaths = 0     # a worker of this environment got going
         elif isinstance(event, StageStart):
             state.stage = event.stage
         elif isinstance(event, CellStart):
@@ -420,6 +426,15 @@ class WorkerSupervisor:
         for gid in list(state.bundles):
             self._group_log_closed(state, relay, gid)
 
+    def _startup_death_retried(self, death: Death, group: ExportGroup | None) -> bool:
+        """Whether a worker that died before starting any group is retried: it was killed by a
+        signal (not an exit of its own), and fewer than MAX_STARTUP_KILLS in a row were."""
+        if group is None or not death.killed or death.final:
+            return False
+        with self.work.lock:
+            self.work.startup_deaths += 1
+            return self.work.startup_deaths < MAX_STARTUP_KILLS
+
     def _blame(self, death: Death, groups: list[ExportGroup], state: AttemptState) -> None:
         """Charge a dead worker to the cell it was on, or to its group's remaining cells during
         the export; a cell charged MAX_DEATHS_PER_CELL times (or once for a final death) gets its
@@ -434,9 +449,17 @@ class WorkerSupervisor:
 
             group = state.group if undone(state.group) else next(filter(undone, groups), None)
             if group is None or (state.group is None and not state.done):
-                # The worker died before starting any group: the environment itself is broken.
+                # The worker died before starting any group. Killed by a signal (an OOM kill during
+                # `import torch`): nothing of a case ran, so nothing is charged; its groups go back
+                # to the queue for a fresh worker. Ended by itself (an import that fails, a broken
+                # interpreter), or killed at start-up MAX_STARTUP_KILLS times in a row: the
+                # environment is broken.
+                if self._startup_death_retried(death, group):
+                    return
+                kills = f"; {self.work.startup_deaths} workers in a row were killed while starting" \
+                    if death.killed and self.work.startup_deaths > 1 else ""
                 raise EnvironmentBuildError(
-                    f"worker for {spec.name} ended before running a cell ({death.why}); see "
+                    f"worker for {spec.name} ended before running a cell ({death.why}{kills}); see "
                     f"{self.run_dir / 'logs' / self.worker_log}")
             victims = [c.cell_id for c in group.cells if c.cell_id not in state.done]
             # The group's stage it died in (reference, export, check); a worker that names none
@@ -458,6 +481,9 @@ class WorkerSupervisor:
 
 
 GROUP_STAGES = (Stage.REFERENCE.value, Stage.EXPORT.value, Stage.CHECK.value)
+# Workers of one environment killed by a signal while starting (an OOM kill during `import
+# torch`), one after the other, before the environment counts as broken; fewer are retried.
+MAX_STARTUP_KILLS = 3
 
 
 def _cell_stage(stage: str | None) -> str | None:

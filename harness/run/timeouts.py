@@ -23,6 +23,7 @@ class Death:
     final: bool = False           # timeouts and memory-limit kills are not retried
     wall_s: float | None = None   # a timeout: the wall and CPU time since the last progress
     cpu_s: float | None = None
+    killed: bool = False          # ended by a signal it did not send itself (an OOM kill, a kill -9)
 
 
 class Progress:

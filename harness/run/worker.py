@@ -230,11 +230,13 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                 with loaded.watch():
                     ctx.prepare()
                 case_files = group_case_files(loaded, ctx, job)
+                spool_error = None
                 if spool and ctx.failure is None:
                     try:
                         spool_group(ctx, versions["torch"])
-                    except Exception:  # noqa: BLE001 - the latency phase fails these cells, naming it
+                    except Exception as exc:  # noqa: BLE001 - the latency phase fails these cells, naming it
                         traceback.print_exc()
+                        spool_error = f"the exported file could not be kept for the phases after the verdict: {type(exc).__name__}: {exc}"[:300]
             for cell in group.cells:
                 emit(CellStart(cell_id=cell.cell_id).to_dict())
                 with logs.block(group.gid, log_path):
@@ -243,9 +245,15 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
                     diagnose(ctx, cell, rec)   # a failing cell's blame (nothing on a pass)
                     rec.log = str(log_path)
                     rec.case_files = dict(case_files)
+                    if spool_error:
+                        rec.notes.append(spool_error)   # what the latency phase and the floors then miss
                     if rec.status is Status.FAIL and job.bundles:
                         logs.cap(log_path)
-                        write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
+                        try:
+                            write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
+                        except Exception as exc:  # noqa: BLE001 - the cell keeps its verdict; no bundle is said
+                            traceback.print_exc()
+                            rec.pass_not_run("bundle", f"the bundle could not be written: {type(exc).__name__}: {exc}")
                 emit(RecordDone(record=rec.to_dict()).to_dict())
             if not spool:
                 for p in Path(tmp).glob(f"{group.gid}.onnx*"):

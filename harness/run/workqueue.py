@@ -35,6 +35,7 @@ class EnvWork:
         self.queue: deque[ExportGroup] = deque(group_order(groups))
         self.deaths: dict[str, list[str]] = {}
         self.early_ends = 0           # workers of this environment that ended early
+        self.startup_deaths = 0       # workers killed before their first group, in a row
         self.failed: Exception | None = None
         self.lock = threading.RLock()
 

@@ -10,7 +10,10 @@ A cell's key (``KeyContext.key``) is a digest of everything that decides its rec
   ``runtimes/``), so an edited harness never serves results of the old code;
 - the cell: id (torch, exporter, opset, options, runtime label), export options, the runtime's
   options;
-- the matrix's latency protocol and threads.
+- the matrix's latency protocol and threads;
+- the runtime releases the matrix asks the cell's file to be tried on (``runtime_versions``,
+  ``runtime_floor``, ``deploy``), only for a runtime they name: a stored cell holds the releases
+  its own run tried, so another list runs the cell again (and every other key stays as it was).
 
 A key is known before the cell runs, but what a case imports and opens is only known after: the
 record keeps every file its stages loaded (``case_files``, recorded by the worker), and a lookup
@@ -49,6 +52,7 @@ from filelock import FileLock
 from harness import __version__
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.files import changed_case_files
+from harness.core.passes import matrix_releases
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
 from harness.store.reuse import (
@@ -99,13 +103,15 @@ class KeyContext:
     threads: int
     provider: str
     host: dict[str, Any] = field(default_factory=dict)
+    releases: dict[str, dict[str, Any]] = field(default_factory=dict)   # runtime name → asked
 
     @classmethod
     def for_run(cls, matrix: "Matrix", fingerprint: dict[str, Any] | None, provider: str) -> "KeyContext":
         fp = fingerprint or {}
         return cls(harness=str(fp.get("harness") or __version__), code=fp.get("code"),
                    cases=dict(fp.get("cases") or {}), latency=matrix.latency.to_dict(),
-                   threads=matrix.threads, provider=provider, host=host_signature())
+                   threads=matrix.threads, provider=provider, host=host_signature(),
+                   releases=matrix_releases(matrix))
 
     def key(self, cell: "Cell", env: EnvSpec, marker: EnvMarker) -> str | None:
         """The cell's key in this environment as realised; None when it cannot be known (a case
@@ -125,6 +131,7 @@ class KeyContext:
             "harness": self.harness, "code": self.code,
             "latency": self.latency, "threads": self.threads,
             "host": {k: v for k, v in self.host.items() if env.needs_gpu or k != "gpu"},
+            **({"releases": self.releases[cell.runtime_name]} if cell.runtime_name in self.releases else {}),
         })
 
 

@@ -18,6 +18,7 @@ from harness.core.record import Record, append_record, read_records
 from harness.core.run import RunMeta
 from harness.matrix.rules import ConfigError
 from harness.matrix.shards import digest
+from harness.store.reductions import append_reduction, read_reductions
 from harness.store.runs import new_run_id, read_run_meta
 
 POLL_S = 10.0
@@ -116,7 +117,7 @@ def check_shards(run_dirs: list[Path], metas: list[RunMeta]) -> None:
 
 def merge_runs(run_dirs: list[Path], output: Path, wait_s: float = 0.0) -> Path:
     """One run from finished shard runs: records concatenated in shard order (a cell twice is an
-    error), logs and bundles copied, run.json environments unioned, the shards listed."""
+    error), logs, bundles and reductions copied, run.json environments unioned, the shards listed."""
     if wait_s > 0:
         wait_for_runs(run_dirs, wait_s)
     metas = [read_run_meta(d) for d in run_dirs]
@@ -148,6 +149,10 @@ def merge_runs(run_dirs: list[Path], output: Path, wait_s: float = 0.0) -> Path:
                 raise ConfigError(f"merge: cell {rec.cell_id} is in both {seen[rec.cell_id]} and {d}")
             seen[rec.cell_id] = d
             append_record(output / "results.jsonl", _moved(rec, run_id, d, output))
+        # Each shard's reductions (made before it finished): their bundles are the merged run's now.
+        old, new = str(d.resolve()), str(output.resolve())
+        for cid, outcome in read_reductions(d).items():
+            append_reduction(output, cid, json.loads(json.dumps(outcome).replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])))
     for sidecar in ("fingerprint.json",):
         if (run_dirs[0] / sidecar).exists():
             shutil.copy2(run_dirs[0] / sidecar, output / sidecar)

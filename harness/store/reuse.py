@@ -5,10 +5,14 @@ with its own answer:
 
 - ``CACHE`` (``harness.store.cache``): the record's ``cache_key`` is the key the new cell has (it
   covers the installed packages, the case source, the harness code, the options and the timing
-  protocol), and its status says something lasting (no crash, timeout or environment failure).
+  protocol), its status says something lasting (no crash, timeout or environment failure), and
+  every optional pass asked of it was made (a record with ``passes_not_run`` runs again, so the
+  pass is tried again).
 - ``GATE`` (``harness.gate.sources``): the run's fingerprint (``harness.store.provenance``: the
   harness version and the case's source hash) is the one checked out now; any verdict but an
-  environment failure counts (a crash is a result the gate compares).
+  environment failure counts (a crash is a result the gate compares); a passing record holds
+  the runtime releases the matrix asks now (``deploy`` above all: the gate blocks on it), else
+  the cell runs again.
 - ``BISECT`` (``harness.gate.bisect``): the gate's rule, and the record ran in the very
   environment planned now (its name hashes every pin): a release retried after a companion pin
   changed runs again.
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from harness.core.files import changed_case_files
+from harness.core.passes import releases_missing, runtime_name
 from harness.core.record import Record, SchemaError
 from harness.core.run import RunMeta
 from harness.core.status import Status
@@ -135,16 +140,29 @@ def finished_runs(reports: Path, damaged: Damaged | None = None,
             yield run
 
 
+def run_base_dir(run: StoredRun) -> Path:
+    """The folder a stored run's relative case file names resolve against: its matrix file's
+    folder as the run recorded it (``RunMeta.base_dir``); for a run from before that, the config
+    path it recorded, relative to the folder its store is in (``<there>/reports/runs/<id>``)."""
+    if run.meta.base_dir:
+        return Path(run.meta.base_dir)
+    config = Path(run.meta.config or "matrix.yaml")
+    return config.parent if config.is_absolute() else (run.dir.parent.parent.parent / config).parent
+
+
 @dataclass(frozen=True)
 class Wanted:
     """What a new cell would be, as far as a policy asks: its key (cache), the fingerprint of the
     code checked out now (gate, bisect), its environment's name (bisect), and the folder relative
-    case file names resolve against (the matrix file's)."""
+    case file names resolve against (the matrix file's; ``base_dir_of_run``: each stored run's
+    own, for a command that reads a store without a matrix file, wherever it runs)."""
 
     fingerprint: dict[str, Any] | None = None
     base_dir: Path | str = "."
+    base_dir_of_run: bool = False
     keys: dict[str, str] = field(default_factory=dict)      # cell id → cache key
     envs: dict[str, str] = field(default_factory=dict)      # cell id → environment name
+    releases: dict[str, dict[str, Any]] = field(default_factory=dict)   # runtime → releases asked
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,8 @@ class ReusePolicy:
     same_code: bool = False                       # the run's fingerprint matches the current one
     same_env: bool = False                        # the record ran in the planned environment
     case_files_unchanged: bool = True             # every file the case loaded is as it was
+    passes_made: bool = False                     # no optional pass asked of it was left out
+    releases_tried: bool = False                  # a passing record holds the releases asked now
 
     def refusal(self, run: StoredRun, rec: Record, wanted: Wanted) -> str | None:
         if is_environment_failure(rec):
@@ -167,19 +187,26 @@ class ReusePolicy:
             key = wanted.keys.get(rec.cell_id)
             if not rec.cache_key or rec.cache_key != key:
                 return OTHER_KEY
+        if self.passes_made and rec.passes_not_run:
+            return f"its run could not make {', '.join(sorted(rec.passes_not_run))} for it"
+        if self.releases_tried and rec.status.passed:
+            runtime = runtime_name(rec.runtime)
+            missing = releases_missing(rec.graph or {}, runtime, wanted.releases.get(runtime, {}))
+            if missing:
+                return f"its run did not try the runtime releases asked now ({'; '.join(missing.values())})"
         if self.same_code and not same_code(run.fingerprint, wanted.fingerprint, rec.case):
             return OTHER_CODE
         if self.same_env and rec.env != wanted.envs.get(rec.cell_id):
             return f"{OTHER_ENV} ({rec.env})"
         if self.case_files_unchanged:
-            changed = changed_case_files(rec.case_files, wanted.base_dir)
+            changed = changed_case_files(rec.case_files, run_base_dir(run) if wanted.base_dir_of_run else wanted.base_dir)
             if changed:
                 return CHANGED + ", ".join(changed[:3])
         return None
 
 
-CACHE = ReusePolicy("cache", statuses=LASTING, by_key=True)
-GATE = ReusePolicy("gate", same_code=True, same_env=True)
+CACHE = ReusePolicy("cache", statuses=LASTING, by_key=True, passes_made=True)
+GATE = ReusePolicy("gate", same_code=True, same_env=True, releases_tried=True)
 BISECT = ReusePolicy("bisect", same_code=True, same_env=True)
 ADVISE = ReusePolicy("advise")
 HISTORY = ReusePolicy("history", case_files_unchanged=False)

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 
 from harness import __version__
 from harness.console import console
+from harness.core.passes import gather
 from harness.core.record import SchemaError, count_by_status, cut_torn_tail, read_records
 from harness.core.run import RunMeta
 from harness.matrix.config import Matrix, matrix_hash
@@ -25,6 +26,7 @@ from harness.matrix.plan import Plan
 from harness.matrix.rules import ConfigError
 from harness.store.cache import CellCache
 from harness.store.provenance import fingerprint
+from harness.store.reductions import read_reductions
 from harness.store.runs import (
     claim_new_run,
     list_runs,
@@ -150,6 +152,7 @@ def prepare_run_dir(output: Path | None, reports: Path, matrix: Matrix, config_p
     (run_dir / "logs").mkdir(exist_ok=True)
     summary = {"cells": len(plan.cells), "environments": [e.env.to_dict() for e in plan.environments]}
     meta = RunMeta.start(run_id, __version__, config_path, mhash, summary)
+    meta.base_dir = str(config_path.resolve().parent)   # where the records' case file names resolve
     # Case sources and harness version: lets the gate reuse this run when nothing has changed.
     meta.fingerprint = fingerprint(matrix, config_path)
     meta.extra.update(meta_extra or {})      # known up front: a finished run.json is never rewritten
@@ -211,6 +214,9 @@ def finalize(run_dir: Path, meta: RunMeta, reports: Path, order: list[str] | Non
     meta.ended = ended or time.time()
     meta.finished = True
     meta.counts = count_by_status(records)
+    # Every optional pass that could not be made, from the records and the reductions: said in
+    # run.json before it becomes immutable (a run whose passes all ran writes nothing here).
+    meta.passes_not_run = [g.to_dict() for g in gather(records, read_reductions(run_dir))] or None
     meta.write(run_dir)
     update_index(run_dir, reports)
     try:

@@ -135,6 +135,8 @@ _META_FIELDS = (
     ("environments", dict, "an object"), ("plan", dict, "an object"), ("host", dict, "an object"),
     ("resumed", list, "a list"), ("counts", (dict, type(None)), "an object or null"),
     ("fingerprint", (dict, type(None)), "an object or null"),
+    ("base_dir", (str, type(None)), "a string or null"),
+    ("passes_not_run", (list, type(None)), "a list or null"),
 )
 
 

@@ -3,7 +3,6 @@ Dependabot and Renovate write (a git repository per scenario: the base files com
 the pull request's in the working tree), and `gate --from-deps` end to end where no bump."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT
+from helpers import ROOT, product_env, product_python
 
 from harness.gate.deps import gate_matrix, read_sides
 from harness.matrix.deps import (
@@ -144,8 +143,8 @@ def test_no_pin_and_unknown_ref_are_bad_input(tmp_path):
 
 
 def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": str(repo / "summary.md")}
-    return subprocess.run([sys.executable, "-c", "import sys; from harness.cli import console_main; "
+    env = product_env(GITHUB_STEP_SUMMARY=str(repo / "summary.md"))
+    return subprocess.run([str(product_python()), "-c", "import sys; from harness.cli import console_main; "
                            "sys.exit(console_main())", *args], cwd=repo, env=env, capture_output=True, text=True)
 
 

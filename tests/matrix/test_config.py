@@ -310,6 +310,12 @@ UNINSTALLABLE = [
      "runtimes[1].version", "onnxruntime==0.0.1"),
     ("extra-unknown", cfg(torch=[{"version": "2.13.0", "extras": ["harness-no-such-package-4f2a==1.0"]}]),
      "torch[0].extras[0]", "harness-no-such-package-4f2a"),
+    # Runtime releases tried on the files (runtime-only environments): a release the index lacks
+    # is bad input, never "this release cannot read the file" after the run.
+    ("floor-1.17.9", cfg(runtime_floor={"ort-cpu": ["1.16.3", "1.18.1", "1.17.9"]}),
+     "runtime_floor.ort-cpu[2]", "onnxruntime==1.17.9"),
+    ("deploy-and-versions-0.0.9", cfg(runtime_versions={"ort-cpu": ["v0.0.9"]}, deploy={"ort-cpu": "0.0.9.0"}),
+     "runtime_versions.ort-cpu[0]', 'deploy.ort-cpu", "onnxruntime==0.0.9"),
 ]
 
 

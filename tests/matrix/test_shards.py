@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -197,10 +195,8 @@ def test_plan_output_is_the_same_under_any_hash_seed(tmp_path):
     durations.write_text(json.dumps({c.cell_id: (i * 7919 % 13) / 4 for i, c in enumerate(plan.cells)}))
     outs = []
     for seed in ("0", "4242"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        proc = subprocess.run([sys.executable, "-m", "harness", "plan", "--format", "json", "--shards", "8",
-                               "--durations", str(durations)], cwd=ROOT, env=env, capture_output=True,
-                              text=True, check=True)
+        proc = run_harness("plan", "--format", "json", "--shards", "8", "--durations", str(durations),
+                           env={"PYTHONHASHSEED": seed})
         outs.append(proc.stdout)
     assert outs[0] == outs[1]
     doc = json.loads(outs[0])

@@ -4,7 +4,8 @@ The plan job's `run:` steps print the shard matrix into $GITHUB_OUTPUT; its JSON
 loop that runs the shard job once per `include` entry (each in its own directory, as a runner
 would), then the merge job. `run:` steps execute as written, with `${{ }}` expressions
 evaluated from the job's context; `nox -s SESSION -- ARGS` becomes `python -m harness SESSION
---config CONFIG ARGS` (so a small matrix stands in for matrix.yaml) and `pip install` is a no-op; `mkdocs` builds this checkout's documentation; `torch-onnx-matrix` is
+--config CONFIG ARGS` (so a small matrix stands in for matrix.yaml), run in the product environment
+(tests/helpers.py: the project's declared dependencies only) and `pip install` is a no-op; `mkdocs` builds this checkout's documentation; `torch-onnx-matrix` is
 this checkout's installed command;
 artifact uploads and downloads are folder copies; checkout, setup-python, caches and Pages
 steps do nothing. Only what the workflow uses is supported; anything else raises.
@@ -37,22 +38,31 @@ nox() {
   [ "$1" = "-s" ] || { echo "nox shim: expected -s SESSION" >&2; return 2; }
   local session="$2"; shift 2
   [ "${1:-}" = "--" ] && shift
-  "$HARNESS_PY" -m harness --reports "$PWD/reports" "$session" --config "$HARNESS_CONFIG" "$@"
+  "$HARNESS_TOOL_PY" -m harness --reports "$PWD/reports" "$session" --config "$HARNESS_CONFIG" "$@"
 }
 python() {
   if [ "${1:-}" = "-m" ] && [ "${2:-}" = "pip" ]; then return 0; fi
   if [ "${1:-}" = "-m" ] && [ "${2:-}" = "harness" ]; then
-    shift 2; "$HARNESS_PY" -m harness --reports "$PWD/reports" "$@"; return
+    shift 2; "$HARNESS_TOOL_PY" -m harness --reports "$PWD/reports" "$@"; return
   fi
   "$HARNESS_PY" "$@"
 }
 torch-onnx-matrix() {
-  "$HARNESS_PY" -c 'import sys; from harness.cli import console_main; sys.exit(console_main())' "$@"
+  "$HARNESS_TOOL_PY" -c 'import sys; from harness.cli import console_main; sys.exit(console_main())' "$@"
 }
 mkdocs() {
   "$HARNESS_PY" -m mkdocs "$@" --config-file "$HARNESS_ROOT/mkdocs.yml"
 }
 '''
+
+
+def _product_python() -> Path:
+    """The product environment's interpreter (tests/helpers.py), also when run as a script."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import product_python
+
+    return product_python()
 
 
 def evaluate(expr: str, ctx: dict[str, Any]) -> Any:
@@ -134,6 +144,7 @@ def run_job(name: str, job: dict, ctx: dict[str, Any], workdir: Path, artifacts:
                         **{k: substitute(v, ctx) for k, v in step.get("env", {}).items()},
                         "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(workdir / ".summary"),
                         "RUNNER_TEMP": str(workdir / ".tmp"), "HARNESS_PY": sys.executable,
+                        "HARNESS_TOOL_PY": str(_product_python()),
                         "HARNESS_CONFIG": str(config), "PYTHONPATH": str(ROOT),
                         "HARNESS_ROOT": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
             (workdir / ".tmp").mkdir(exist_ok=True)

@@ -107,3 +107,55 @@ def test_the_recorded_export_call_exports_a_file_that_matches_eager(e2e_run, e2e
     proc = subprocess.run([str(env_python(e2e_meta, "2.13.0")), "-c", CHECK_CALL, str(TESTS / "cases"),
                            str(tmp_path / "rec.json")], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0 and "matches eager" in proc.stdout, proc.stderr[-3000:]
+
+
+# -- a store read from another folder, holding two different cases of one name ----------------------
+def _stored_run(reports, run_id: str, repo, source: str, opset: int, median: float, base_dir: bool = True):
+    """A finished run of ``repo``'s matrix in ``reports``: case ``net`` from ``repo/cases.py``
+    (its file recorded relative to the matrix folder, as the runner records it)."""
+    from harness.core.files import file_digest
+    from harness.core.record import append_records
+    from harness.core.run import RunMeta
+    from harness.store.runs import update_index
+
+    repo.mkdir(exist_ok=True)
+    (repo / "cases.py").write_text(source)
+    run = reports / "runs" / run_id
+    run.mkdir(parents=True)
+    meta = RunMeta(run_id=run_id, started=float(opset), ended=float(opset) + 1, finished=True, config="m.yaml",
+                   fingerprint={"harness": "0.1.0", "code": "c", "cases": {"net": file_digest(repo / "cases.py")}},
+                   base_dir=str(repo) if base_dir else None)
+    rec = _rec("2.13.0", opset=opset, median=median, case="net")
+    rec.run_id, rec.case_files = run_id, {"cases.py": file_digest(repo / "cases.py")}
+    append_records(run / "results.jsonl", [rec])
+    meta.write(run)
+    update_index(run, reports)
+
+
+def test_advise_from_another_folder_reads_each_run_against_its_own_matrix_folder(tmp_path):
+    """Case files resolve against the run's matrix folder, not the working directory; a run from
+    before the folder was recorded resolves its config against the store's folder."""
+    repo = tmp_path / "repo"
+    reports = repo / "reports"
+    _stored_run(reports, "20260101-000000-aaaaaa", repo, "def net(): ...\n", 17, 2.0, base_dir=False)
+    _stored_run(reports, "20260101-000001-aaaaaa", repo, "def net(): ...\n", 18, 1.0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = run_harness("advise", "--case", "net", "--store", str(reports), cwd=elsewhere).stdout
+    assert "from 2 finished run(s)" in out and "2 of 2 configuration(s) pass" in out, out
+    assert "ship: torch 2.13.0 · dynamo · opset 18" in out
+    # A case file changed since: its records are refused, and the refusal says why.
+    (repo / "cases.py").write_text("def net(): return 2\n")
+    bad = run_harness("advise", "--case", "net", "--store", str(reports), cwd=elsewhere, check=False)
+    assert bad.returncode == 2 and "in 2 finished run(s)" in bad.stderr, bad.stderr
+    assert "2 record(s) of 2 run(s) refused: files its case loaded changed since" in bad.stderr, bad.stderr
+
+
+def test_two_different_cases_of_one_name_are_never_ranked_together(tmp_path):
+    reports = tmp_path / "a" / "reports"
+    _stored_run(reports, "20260101-000000-aaaaaa", tmp_path / "a", "def net(): return 'a'\n", 17, 2.0)
+    _stored_run(reports, "20260101-000001-bbbbbb", tmp_path / "b", "def net(): return 'b'\n", 18, 1.0)
+    out = run_harness("advise", "--case", "net", "--store", str(reports), cwd=tmp_path).stdout
+    assert "2 different cases are named net here" in out, out
+    assert out.count("1 of 1 configuration(s) pass") == 2 and "2 of 2" not in out
+    assert "opset 17" in out and "opset 18" in out

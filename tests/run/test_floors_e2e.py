@@ -1,18 +1,24 @@
 """Runtime floors with real ONNX Runtime wheels from the index: one run of tests/matrices/floors.yaml
 (conv_bn, torch 2.13.0, both exporters) whose files are tried on onnxruntime 1.16.3 and 1.18.1 in
-runtime-only environments, checked against the same wheels driven directly (no harness code)."""
+runtime-only environments, checked against the same wheels driven directly (no harness code).
+
+The run is made by the product environment (tests/helpers.py: the project's declared
+dependencies, no torch, onnx or runtime in the runner's process), as `nox -s matrix` makes it;
+the gate reads it there too, with the deployed release the file was tried on and one it was not."""
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 
 import pytest
-from helpers import TESTS, run_matrix
+from helpers import BOTH, FIXTURES, TESTS, product_python, run_harness, run_matrix
 
 from harness.core.paths import envs_dir
 from harness.core.record import read_records
 from harness.envs.runtime_only import RuntimeRelease
 from harness.matrix.config import load_matrix
+from harness.store.runs import read_run_meta
 
 MATRIX = TESTS / "matrices" / "floors.yaml"
 
@@ -55,6 +61,8 @@ def test_the_dynamo_file_needs_a_newer_onnxruntime_than_the_torchscript_one(floo
     assert (floor["oldest_ok"], floor["first_bad"]) == ("1.18.1", "1.16.3")
     assert floor["reason"] == "needs onnxruntime >= 1.18.1: IR version 10 (1.16.3 reads up to 9)"
     assert script.graph["runtime_floor"]["ort-cpu"]["oldest_ok"] == "1.16.3"
+    assert dynamo.graph["runtime_versions"]["ort-cpu"]["1.18.1"]["status"] == "pass"
+    assert not dynamo.passes_not_run and not script.passes_not_run
     # The deployed release: the runtime's own load error on the dynamo file, a pass on the other.
     assert dynamo.graph["deploy"]["ort-cpu"]["stage"] == "load"
     assert "Unsupported model IR version: 10, max supported IR version: 9" in dynamo.graph["deploy"]["ort-cpu"]["error"]
@@ -63,6 +71,39 @@ def test_the_dynamo_file_needs_a_newer_onnxruntime_than_the_torchscript_one(floo
     assert "✅ ≥1.18.1 ✗1.16.3" in md and "## Runtime releases per file" in md
     html = (run / "matrix.html").read_text()
     assert 'id="releases"' in html and "≥1.18.1 ✗1.16.3" in html
+
+
+def test_the_run_json_says_what_the_pass_did_and_the_product_environment_has_no_runtime(floors_run):
+    run, _ = floors_run
+    meta = read_run_meta(run)
+    assert meta.extra["runtime_releases"]["cells"] == 2 and meta.extra["runtime_releases"]["files"] == 2
+    assert meta.passes_not_run is None            # every pass ran: nothing listed
+    assert meta.base_dir == str(TESTS / "matrices")
+    # The runner that made it could not import what the tool does not declare.
+    code = "import importlib.util as u; print([m for m in ('torch', 'onnx', 'onnxruntime', 'openvino', 'onnxscript') if u.find_spec(m)])"
+    out = subprocess.run([str(product_python()), "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("deployed, code, says", [
+    ("1.16.3", 1, "deployed runtime: needs onnxruntime >= 1.18.1: IR version 10 (1.16.3 reads up to 9); "
+                  "you deploy onnxruntime 1.16.3"),
+    ("1.18.1", 2, "onnxruntime 1.18.1 was not tried on the file"),
+])
+def test_the_gate_blocks_on_the_deployed_release_and_cannot_tell_without_it(floors_run, tmp_path, deployed, code, says):
+    """Baseline: a stored run of torch 2.6.0 (no deploy facts); candidate: the floors run. Its
+    files were tried on onnxruntime 1.16.3: deploying that blocks (the dynamo file needs 1.18.1);
+    deploying 1.18.1, on which nothing was tried, is "cannot tell" (2), never "no regression"."""
+    run, _ = floors_run
+    config = tmp_path / "gate.yaml"
+    config.write_text(MATRIX.read_text().replace('deploy: {ort-cpu: "1.16.3"}', f'deploy: {{ort-cpu: "{deployed}"}}'))
+    proc = run_harness("gate", "--baseline", f"{FIXTURES / 'runs' / BOTH}@2.6.0", "--candidate", str(run),
+                       "--config", str(config), "--output", str(tmp_path / "gate"), "--reports", str(tmp_path / "reports"),
+                       check=False)
+    assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-3000:]
+    gate = json.loads((tmp_path / "gate" / "gate.json").read_text())
+    details = [c["detail"] for c in gate["cells"] if c["candidate"] and c["candidate"]["run_id"] == read_run_meta(run).run_id]
+    assert any(says in d for d in details) or says in proc.stdout + proc.stderr, details
 
 
 def test_the_same_wheels_driven_directly_agree(floors_run, tmp_path):

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS, env_python
+from helpers import TESTS, env_python, run_harness
 
 from harness.core.record import read_records
 from harness.store.runs import read_run_meta
@@ -24,10 +23,8 @@ SCHEDULES = {"plan-1": ("1", ""), "reverse-2": ("2", "reverse"), "shuffle-1": ("
 
 
 def run(reports: Path, jobs: str, order: str) -> Path:
-    env = {**os.environ, "HARNESS_GROUP_ORDER": order}
-    proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix", "--config",
-                           str(CONFIG), "--fresh", "--jobs", jobs], cwd=ROOT, capture_output=True, text=True,
-                          env=env)
+    proc = run_harness("--reports", str(reports), "matrix", "--config", str(CONFIG), "--fresh", "--jobs", jobs,
+                       check=False, env={"HARNESS_GROUP_ORDER": order})
     assert proc.returncode == 0, proc.stderr[-4000:]
     return Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines()
                      if line.startswith("run directory")))

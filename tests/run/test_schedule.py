@@ -54,6 +54,13 @@ def groups():
             return
         yield ExportGroup.from_dict(data)
 
+if os.environ.get("FAKE_KILLED_AT_START"):     # the first N workers: SIGKILL while importing
+    count = os.environ["FAKE_STAMPS"] + ".starts"
+    fd = os.open(count, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, b"x")
+    os.close(fd)
+    if os.path.getsize(count) <= int(os.environ["FAKE_KILLED_AT_START"]):
+        os.kill(os.getpid(), 9)
 emit(event="hello")
 if os.environ.get("FAKE_DIES_AT_START"):
     os._exit(3)
@@ -163,6 +170,22 @@ def test_workers_that_die_before_any_cell_fail_the_environment_once(tmp_path):
     plan, _, records, _ = run(tmp_path, FAKE_DIES_AT_START="1")
     assert sorted(r.cell_id for r in records) == sorted(c.cell_id for c in plan.cells)   # none twice
     assert all(r.status is Status.CRASH and r.error.startswith("EnvironmentBuildError") for r in records)
+
+
+def test_a_worker_killed_while_starting_is_retried_and_its_cells_run(tmp_path):
+    """An OOM kill during `import torch` is not a broken environment: two workers killed before
+    their first group, then every cell runs in the next ones, nothing charged to any cell."""
+    plan, run_dir, records, _ = run(tmp_path, jobs=1, FAKE_KILLED_AT_START="2")
+    assert [r.cell_id for r in records] == [c.cell_id for c in plan.cells]
+    assert all(r.status is Status.PASS and not r.notes for r in records), [(r.status, r.error) for r in records]
+    assert list(read_run_meta(run_dir).environments.values())[0]["worker_restarts"] == 2
+
+
+def test_workers_killed_while_starting_again_and_again_fail_the_environment(tmp_path):
+    plan, _, records, _ = run(tmp_path, jobs=1, FAKE_KILLED_AT_START="99")
+    assert sorted(r.cell_id for r in records) == sorted(c.cell_id for c in plan.cells)
+    assert all(r.status is Status.CRASH and r.error.startswith("EnvironmentBuildError") for r in records)
+    assert "worker killed by signal SIGKILL; 3 workers in a row were killed while starting" in records[0].error
 
 
 @pytest.mark.parametrize("jobs", [1, 3])

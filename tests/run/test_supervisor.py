@@ -4,16 +4,14 @@ ends its workers and leaves the run resumable."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, TESTS, run_harness, run_matrix
+from helpers import ROOT, TESTS, harness_command, product_env, run_harness, run_matrix
 
 from harness.core.record import read_records
 from harness.store.runs import read_run_meta
@@ -24,17 +22,17 @@ SIGNALS = TESTS / "matrices" / "signals.yaml"
 
 
 def harness(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run(harness_command(*args), cwd=ROOT, capture_output=True, text=True,
+                          env=product_env(**(env or {})))
     if check and proc.returncode != 0:
         raise AssertionError(f"harness {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
     return proc
 
 
 def start_runner(*args: str, slow_s: float = 600) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", "matrix", "--config", str(SIGNALS), *args],
+    return subprocess.Popen(harness_command("matrix", "--config", str(SIGNALS), *args),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOSTILE_SLOW_S": str(slow_s)})
+                            env=product_env(HOSTILE_SLOW_S=str(slow_s)))
 
 
 def wait_for(condition, what: str, limit_s: float = 300) -> None:

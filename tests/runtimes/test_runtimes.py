@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, TESTS, env_python, run_matrix
+from helpers import ROOT, TESTS, env_python, run_harness, run_matrix
 
 from harness.runtimes import RUNTIMES, gpu_unavailable_reason
 from harness.runtimes.base import RuntimeUnavailable
@@ -129,8 +129,7 @@ def test_no_gpu_reason_is_precise_and_shared():
 
 @pytest.mark.skipif(ON_GPU, reason="this machine has an NVIDIA GPU")
 def test_gpu_matrix_cells_are_skips_with_the_reason_and_gpu_check_exits_0(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness", "gpu-check", "--output", str(tmp_path / "run")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_harness("gpu-check", "--output", str(tmp_path / "run"), check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     from harness.core.record import read_records
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import BOTH, FIXTURES, HOSTILE, OLD, ROOT, make_store
+from helpers import BOTH, FIXTURES, HOSTILE, OLD, ROOT, make_store, run_harness
 
 from harness.core.record import SchemaError
 from harness.matrix.rules import ConfigError
@@ -157,8 +157,7 @@ def test_report_on_a_corrupt_run_is_one_line_and_exit_2(tmp_path, line):
     lines = (run / "results.jsonl").read_text().splitlines()
     bad = lines[0] if line == "DUPLICATE" else line
     (run / "results.jsonl").write_text("\n".join([*lines[:5], bad, *lines[5:]]) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "harness", "report", str(run), "--reports", str(store)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run_harness("report", str(run), "--reports", str(store), check=False)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     (message,) = proc.stderr.strip().splitlines()

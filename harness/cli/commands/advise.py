@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.report.advise import RULE, advice_lines, advise, losses, store_records
     from harness.store.runs import load_run, resolve_run
 
+    sources = None
     if args.run is not None:
         try:
             run_dir = resolve_run(args.run, args.reports)
@@ -38,24 +39,32 @@ def run(args: argparse.Namespace) -> int:
         store = args.store or args.reports
         if not (store / "runs").is_dir():
             raise ConfigError(f"--store: {store} holds no runs (expected a results store with runs/)")
-        records, runs = store_records(store)
-        where = f"{len(runs)} finished run(s) of {store}"
+        stored = store_records(store)
+        records, sources = stored.records, stored.sources
+        where = f"{stored.scanned} finished run(s) of {store}"
     cases = sorted({r.case for r in records})
     if args.case not in cases:
         why = ""
         if args.run is None:    # what the store holds of the case, and why none of it was usable
-            from harness.store.reuse import ADVISE, nothing_usable
+            from harness.store.reuse import ADVISE, Wanted, nothing_usable
 
-            why = f"; {nothing_usable(ADVISE, args.store or args.reports, case=args.case)}"
+            why = f"; {nothing_usable(ADVISE, args.store or args.reports, Wanted(base_dir_of_run=True), case=args.case)}"
         raise ConfigError(f"--case: no case {args.case!r} in {where} (cases: {', '.join(cases) or 'none'}){why}")
     mine = [r for r in records if r.case == args.case]
     runtimes = sorted({r.runtime for r in mine})
     if args.runtime is not None and args.runtime not in runtimes:
         raise ConfigError(f"--runtime: case {args.case} has no cells on {args.runtime!r} in {where} "
                           f"(runtimes: {', '.join(runtimes)})")
-    lost = losses(mine)
+    lost = losses(mine, sources)
+    chosen = advise(mine, args.case, args.runtime, sources)
+    several = len({a.source for a in chosen}) > 1
     print(f"advice for {args.case} from {where}; rule: {RULE}")
-    for adv in advise(mine, args.case, args.runtime):
+    if several:
+        print(f"{len({a.source for a in chosen})} different cases are named {args.case} here (different "
+              "case sources): each is ranked on its own")
+    for adv in chosen:
         print()
-        print("\n".join(advice_lines(adv, [x for x in lost if x.runtime == adv.runtime])))
+        print("\n".join(advice_lines(adv, [x for x in lost if x.runtime == adv.runtime and x.source == adv.source],
+                                      name_source=several)))
     return 0
+

@@ -48,13 +48,15 @@ def _request(args: argparse.Namespace, **kw: Any) -> MatrixRequest:
 
 def summary(run_dir: Path, limit: int = 10) -> list[str]:
     """What a finished run prints: the counts, the failures grouped by signature (most cells
-    first), where the reports are."""
+    first), the optional passes that could not be made, where the reports are."""
     from collections import Counter
 
-    from harness.core.record import count_by_status, read_records
+    from harness.core.record import count_by_status
     from harness.core.status import Status
+    from harness.report.passes import summary_lines
+    from harness.store.runs import load_run
 
-    records = read_records(run_dir / "results.jsonl")
+    records = load_run(run_dir)[1]   # with their reductions
     counts = count_by_status(records)
     lines = [f"{len(records)} cells: " + " · ".join(f"{k} {v}" for k, v in counts.items() if v)]
     failing = [r for r in records if r.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT)]
@@ -70,6 +72,7 @@ def summary(run_dir: Path, limit: int = 10) -> list[str]:
             lines.append(f"  {n:4d} × {signature}  {error}")
         if len(groups) > limit:
             lines.append(f"  … {len(groups) - limit} more in matrix.md")
+    lines += summary_lines(records)   # optional passes that could not be made, each with its reason
     md = run_dir / "matrix.md"
     lines.append(f"report: {md.with_suffix('.html')} · {md}")
     return lines
