@@ -178,7 +178,7 @@ def test_a_command_that_finds_nothing_usable_names_what_it_found_why_and_the_fix
     _run(reports, "r1", 1.0, [_rec("r1", case_files={"model.py": "0" * 16})])
     rc = main(["--reports", str(reports), "advise", "--case", "conv_bn"])
     err = " ".join(capsys.readouterr().err.split())
-    assert rc == 2 and "no case 'conv_bn' in 0 finished run(s)" in err
+    assert rc == 2 and "no case 'conv_bn' in 1 finished run(s)" in err
     assert ("found 1 finished run(s) in " in err and "1 record(s) of 1 run(s) refused: files its case loaded "
             "changed since (r1); fix: a file the case loaded was edited since") in err, err
     rc = main(["--reports", str(reports), "advise", "--case", "other"])
