@@ -101,3 +101,30 @@ def test_an_image_that_is_not_on_this_machine_is_exit_2(tmp_path):
     assert "key 'torch[0].image'" in proc.stderr
     assert ("is not one (docker images" in proc.stderr) or ("no Docker daemon reachable" in proc.stderr)
 
+
+
+def test_a_python_the_worker_cannot_run_in_is_refused_naming_it():
+    from harness.envs.existing import ProbeError, _found
+
+    probe = {"python_version": "3.9.18", "implementation": "cpython", "torch": "2.6.0+cpu"}
+    with pytest.raises(ProbeError) as err:
+        _found(probe, "/old/bin/python", None, "torch[0]", "/old/bin/python")
+    assert err.value.field == "python" and "expected CPython 3.10 or newer" in str(err.value)
+    assert "/old/bin/python is cpython 3.9.18" in str(err.value)
+    found = _found({**probe, "python_version": "3.10.0"}, "/new/bin/python", None, "torch[0]", "/new/bin/python")
+    assert found.release == "2.6.0" and found.python == "/new/bin/python"
+
+
+def test_the_packages_that_differ_come_first_in_the_order_a_reader_looks():
+    from harness.gate.environments import package_changes
+
+    def env(installed: tuple[str, ...], hashes: dict[str, str], python: str = "3.11.7") -> ExistingEnv:
+        return ExistingEnv(python="/p", image=None, key="k", torch="2.13.0+cpu", python_version=python,
+                           installed=installed, hashes=hashes, facts={"cuda": None})
+
+    base = env(("aaa==1", "numpy==2.4.6", "onnxruntime==1.32.0", "torch==2.13.0+cpu"), {"numpy": "x1"})
+    cand = env(("numpy==2.4.6", "onnxruntime==1.33.0", "torch==2.13.0+cpu", "zzz==2"), {"numpy": "x2"},
+               python="3.12.1")
+    assert package_changes(base, cand) == [
+        ("python", "3.11.7", "3.12.1"), ("onnxruntime", "1.32.0", "1.33.0"),
+        ("numpy", "2.4.6 (files x1)", "2.4.6 (files x2)"), ("aaa", "1", "—"), ("zzz", "—", "2")]
