@@ -151,7 +151,7 @@ def probe_matrix(matrix: "Matrix", config: Path, keys: dict[int, str] | None = N
     the release found there. ConfigError (every problem, one line each, naming the file and the
     key, or the option in ``keys`` by entry index) when one cannot be used. A matrix without
     existing environments is returned as it is, nothing run."""
-    todo = [(i, t) for i, t in enumerate(matrix.torch) if t.existing and t._found is None]
+    todo = [(i, t) for i, t in enumerate(matrix.torch) if t.existing and not t.probed]
     if not todo:
         return matrix
     base = Path(config).resolve().parent
@@ -179,9 +179,7 @@ def probe_matrix(matrix: "Matrix", config: Path, keys: dict[int, str] | None = N
             problems.append(f"{key}: expected torch {spec.version} in {found.where} (as this key says); "
                             f"it has torch {found.torch}")
             continue
-        entry = spec.model_copy(update={"version": found.release})
-        entry._found = found
-        entries[i] = entry
+        entries[i] = spec.read_as(found)
     if problems:
         raise ConfigError("\n".join(problems))
     releases: dict[str, int] = {}

@@ -49,8 +49,7 @@ def with_torch(matrix: Matrix, version: str) -> Matrix:
     """The matrix restricted to one torch version; a version it does not list gets default pins
     (a bump removes the old version from matrix.yaml, yet it must still be the baseline)."""
     # An existing environment stands for its release once read (harness.envs.existing).
-    spec = next((t for t in matrix.torch if t.version == version and (not t.existing or t._found is not None)),
-                None)
+    spec = next((t for t in matrix.torch if t.version == version and (not t.existing or t.probed)), None)
     if spec is None:
         try:
             spec = TorchSpec(version=version)

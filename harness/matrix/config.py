@@ -223,11 +223,22 @@ class TorchSpec(_Strict):
         return None if is_interpreter(self.python) else self.python
 
     @property
+    def probed(self) -> bool:
+        """An existing environment already read (``found`` is known)."""
+        return self._found is not None
+
+    @property
     def found(self) -> Any:
         """What the probe found in this existing environment (an ``ExistingEnv``)."""
         if self._found is None:
             raise RuntimeError(f"{self.where}: not probed yet (harness.envs.existing.probe_matrix)")
         return self._found
+
+    def read_as(self, found: Any) -> "TorchSpec":
+        """This existing environment as read (an ``ExistingEnv``): its release is the one found."""
+        entry = self.model_copy(update={"version": found.release})
+        entry._found = found
+        return entry
 
     @property
     def where(self) -> str:
