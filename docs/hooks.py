@@ -60,8 +60,9 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
                   "blocks a bump whose file fails there ([Runtime floors](runtime-floors.md))",
     },
     "TorchSpec": {
-        "version": "the torch release, e.g. `2.13.0`",
-        "python": "Python of this environment (default: `install.python`)",
+        "version": "the torch release, e.g. `2.13.0`; with `python: PATH` or `image`, the release expected there (checked up front)",
+        "python": "Python of this environment (default: `install.python`); or the path of an existing interpreter, used as it is ([Existing environments](existing-environments.md)); with `image`, the interpreter inside it",
+        "image": "a Docker image on this machine, used as it is ([Existing environments](existing-environments.md))",
         "numpy": "numpy pin (default: contemporary with the release)",
         "onnx": "onnx pin (default: one the release's exporter works with)",
         "onnxscript": "onnxscript pin (default: one the release's dynamo exporter works with)",
@@ -132,7 +133,7 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
 
 SECTIONS = [  # (model, heading, how it is written in matrix.yaml)
     ("Matrix", "Top-level keys", ""),
-    ("TorchSpec", "torch entries", "`torch: [\"2.6.0\", {version: \"2.13.0\", numpy: \"2.3.5\"}]`"),
+    ("TorchSpec", "torch entries", "`torch: [\"2.6.0\", {version: \"2.13.0\", numpy: \"2.3.5\"}, {python: /opt/venv/bin/python}, {image: \"team/deploy:2026-11\"}]`"),
     ("RuntimeSpec", "runtime entries", "`runtimes: [ort-cpu, {name: openvino, version: \"2026.3.1\"}]`"),
     ("CaseEntry", "case entries", "`cases: [probes, {target: \"pkg.mod:fn\", name: big, atol: 1e-3}]`"),
     ("OptionsAxes", "option axes", "`options: {dynamic: [true, false], dim_policy: [null, auto]}`"),

@@ -50,8 +50,11 @@ class MatrixRequest:
 
 
 def load_request_matrix(req: MatrixRequest) -> tuple[Matrix, Plan]:
-    """The matrix and the unsharded plan of a request (filters and --torch applied)."""
-    matrix = load_matrix(req.config)
+    """The matrix and the unsharded plan of a request (filters and --torch applied); existing
+    environments are read first (their torch release names their cells)."""
+    from harness.envs.existing import probe_matrix
+
+    matrix = probe_matrix(load_matrix(req.config), shipped_matrix(req.config))
     only = parse_only(req.only) or {}
     if not req.torch:
         return matrix, build_plan(matrix, only or None)

@@ -126,3 +126,40 @@ def check_reference(name: str, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"{path} missing: run with HARNESS_UPDATE_REFERENCE=1 to create it"
     assert text == path.read_text(encoding="utf-8"), f"{name} differs from its reference"
+
+
+# torch 2.13.0 (CPU, from /opt/wheels) and the companions its built environments use.
+TORCH_2_13 = ("torch==2.13.0", "numpy==2.4.6", "onnx==1.23.2", "onnxscript==0.7.2", "onnxruntime==1.32.0")
+
+
+def hand_venv(path: Path, *packages: str) -> Path:
+    """A venv made by hand outside the project, as a team makes the one it deploys (``uv venv``,
+    then ``uv pip install``; uv's cache links the files, so it costs seconds); its interpreter."""
+    from harness.envs.provider import uv_bin
+
+    uv = uv_bin()
+    subprocess.run([uv, "venv", "--quiet", "--python", "3.11", str(path)], check=True)
+    python = path / "bin" / "python"
+    if packages:
+        subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), *packages,
+                        "--find-links", "/opt/wheels"], check=True)
+    return python
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and link under ``root`` with its size and modification time: two equal trees
+    mean nothing was written, added or removed there."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def freeze(python: Path) -> list[str]:
+    """The installed set as the interpreter itself lists it (``importlib.metadata``, isolated,
+    writing no bytecode there)."""
+    code = ("import importlib.metadata as m; print('\\n'.join(sorted("
+            "f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions())))")
+    return subprocess.run([str(python), "-I", "-B", "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()

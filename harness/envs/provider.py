@@ -15,6 +15,8 @@ from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import import_root
 
 PROVIDERS = ("venv", "docker")
+# Providers whose worker is a process tree of the runner's (not a container's).
+LOCAL_WORKERS = ("venv", "existing-python")
 
 
 class EnvironmentBuildError(RuntimeError):
@@ -41,6 +43,13 @@ class Provider(Protocol):
 
     def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:
         """The process environment of that command."""
+
+
+def local_worker(provider: "Provider", spec: EnvSpec) -> bool:
+    """Whether ``spec``'s worker is a process tree of ours (a venv, an existing interpreter)
+    rather than a container's; a provider choosing per environment says which it uses."""
+    chosen = provider.provider_for(spec) if hasattr(provider, "provider_for") else provider
+    return getattr(chosen, "name", "") in LOCAL_WORKERS
 
 
 def harness_process_env(threads: int) -> dict[str, str]:

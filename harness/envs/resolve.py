@@ -125,7 +125,9 @@ def preflight(plan: Plan, config: Path, skip: Callable[[EnvSpec], str | None] = 
     not list it (the gate's ``--candidate``)."""
     torch_key = torch_key or {}
     matrix = plan.matrix
-    todo = [e.env for e in plan.environments if e.cells and not skip(e.env) and not ready(e.env)]
+    # An existing environment (an interpreter, a local image) is never resolved: nothing is installed there.
+    todo = [e.env for e in plan.environments
+            if e.cells and e.env.existing is None and not skip(e.env) and not ready(e.env)]
     problems: dict[tuple[str, str], str] = {}   # one line per key and reason
     if any(e.cells and not skip(e.env) for e in plan.environments):
         problems.update(unresolvable_releases(matrix, config, jobs))

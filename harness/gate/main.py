@@ -150,8 +150,10 @@ def check_installable(pending: dict[str, PendingSide], matrix: Matrix, req: Gate
 def run_gate(req: GateRequest) -> int:
     """Compare the two sides and write the reports; 0 no regression, 1 regression. Anything
     that keeps the gate from comparing (arguments, config, an environment) raises ConfigError."""
+    from harness.envs.existing import probe_matrix
+
     check_settings(req.settings, req.remeasure)
-    matrix = load_matrix(req.config)
+    matrix = probe_matrix(load_matrix(req.config), req.config)   # existing environments name their release
     current = fingerprint(matrix, req.config)
     out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     refs = {"baseline": req.baseline, "candidate": req.candidate}

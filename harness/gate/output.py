@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.core.text import ENCODE_ERRORS
 from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, deploy_problem
+from harness.gate.environments import package_changes, packages_markdown
 from harness.gate.sources import Side
 from harness.report.text import md_code, md_text
 
@@ -70,7 +71,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
     moved = (f"{md_text(base.title)} → {md_text(cand.title)}" if base.subject
              else f"torch {md_text(base.torch)} → {md_text(cand.torch)}")
-    lines = [f"## Upgrade gate: {moved}: {head}", ""]
+    lines = [f"## Upgrade gate: {moved}: {head}", *packages_markdown(base, cand), ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
     lines += ["", f"**{coverage.summary()}**" + (f" ({md_text(problem)})" if problem and regressions else "")]
     loaded = [c for c in cells if c.latency is not None and c.latency.loaded]
@@ -164,7 +165,9 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
     def side(s: Side) -> dict[str, Any]:
         return {"ref": s.label, "torch": s.torch, "runs": s.runs, "executed": s.executed,
                 "fingerprints": s.fingerprints, **({"subject": s.subject} if s.subject else {}),
-                **({"not_reused": [r.to_dict() for r in s.refused]} if s.refused else {})}
+                **({"not_reused": [r.to_dict() for r in s.refused]} if s.refused else {}),
+                **({"environment": {**s.environment.to_dict(), "installed": list(s.environment.installed)}}
+                   if s.environment is not None else {})}
 
     data = {
         "schema": 1, "baseline": side(base), "candidate": side(cand),
@@ -175,6 +178,9 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
         "counts": {v.value: sum(1 for c in cells if c.verdict is v) for v in Verdict},
         "cells": [c.to_dict() for c in cells],
     }
+    if base.environment is not None and cand.environment is not None:
+        data["packages_differ"] = [{"package": n, "baseline": b, "candidate": c}
+                                   for n, b, c in package_changes(base.environment, cand.environment)]
     return json.dumps(data, indent=2, default=str) + "\n"
 
 

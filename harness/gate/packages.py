@@ -64,6 +64,10 @@ def check_bump(matrix: Matrix, bump: PackageBump, config: Path) -> TorchSpec:
         raise ConfigError(f"{config}: key 'torch': --package holds torch fixed: expected one torch release "
                           f"(got {[t.version for t in matrix.torch]})")
     spec = matrix.torch[0]
+    if spec.existing:
+        raise ConfigError(f"{config}: key 'torch[0]': --package installs releases of {bump.package}, and "
+                          f"{spec.where} is an existing environment, used as it is; expected a torch release "
+                          "(or compare two existing environments: gate --baseline-env A --candidate-env B)")
     extras = {_norm(Requirement(e).name) for e in spec.extras}
     if name not in PINNED_FIELDS and name not in extras:
         installs = sorted({*PINNED_FIELDS, *extras})
@@ -87,9 +91,8 @@ def run_package_gate(req, bump: PackageBump) -> int:
     """The gate with ``bump.package`` moving and everything else held; 0 / 1 / 2 as run_gate."""
     import time
 
-    from harness.console import console
-    from harness.gate.compare import Verdict, compare_sides
-    from harness.gate.main import check_settings, conclude, redecide, remeasure_side
+    from harness.gate.compare import compare_sides
+    from harness.gate.main import check_settings, conclude
     from harness.gate.sources import check_environments, complete_side, plan_version_side
     from harness.matrix.config import load_matrix
     from harness.run.annotate import Annotator
@@ -112,19 +115,30 @@ def run_package_gate(req, bump: PackageBump) -> int:
     check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
-    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
-    if slower and req.remeasure > 0:
-        console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")
-        fresh: dict[str, dict] = {"baseline": {}, "candidate": {}}
-        for i in range(1, req.remeasure + 1):
-            for which in versions:
-                for key, rec in remeasure_side(sides[which], slower, matrices[which], req,
-                                               out / "remeasure" / f"{which}-{i}", current).items():
-                    fresh[which].setdefault(key, []).append(rec)
-        for cell in cells:
-            if cell.verdict is Verdict.SLOWER:
-                redecide(cell, fresh["baseline"].get(cell.key, []), fresh["candidate"].get(cell.key, []), req)
+    remeasure_sides(cells, sides, matrices, req, out, current)
     return conclude(cells, base, cand, req.settings, out, current)
+
+
+def remeasure_sides(cells: list, sides: dict, matrices: dict[str, Matrix], req, out: Path, current: dict) -> None:
+    """Re-measure the cells flagged slower, each side in its own matrix (a package pinned, an
+    existing environment), baseline and candidate interleaved; then re-decide them."""
+    from harness.console import console
+    from harness.gate.compare import Verdict
+    from harness.gate.main import redecide, remeasure_side
+
+    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
+    if not slower or req.remeasure < 1:
+        return
+    console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")
+    fresh: dict[str, dict] = {"baseline": {}, "candidate": {}}
+    for i in range(1, req.remeasure + 1):
+        for which in ("baseline", "candidate"):
+            for key, rec in remeasure_side(sides[which], slower, matrices[which], req,
+                                           out / "remeasure" / f"{which}-{i}", current).items():
+                fresh[which].setdefault(key, []).append(rec)
+    for cell in cells:
+        if cell.verdict is Verdict.SLOWER:
+            redecide(cell, fresh["baseline"].get(cell.key, []), fresh["candidate"].get(cell.key, []), req)
 
 
 def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.env import ExistingEnv
 from harness.core.passes import matrix_releases
 from harness.core.record import Record, SchemaError
 from harness.core.status import Status
@@ -38,6 +39,7 @@ class Side:
     executed: list[str] = field(default_factory=list)        # runs the gate started for this side
     subject: str = ""          # what moved, when not torch: "onnxscript 0.5.0" (gate --package)
     refused: list[Refusal] = field(default_factory=list)     # stored records not reused, with why
+    environment: ExistingEnv | None = None   # an existing environment (gate --baseline-env/--candidate-env)
 
     @property
     def title(self) -> str:
@@ -47,7 +49,8 @@ class Side:
 def with_torch(matrix: Matrix, version: str) -> Matrix:
     """The matrix restricted to one torch version; a version it does not list gets default pins
     (a bump removes the old version from matrix.yaml, yet it must still be the baseline)."""
-    spec = next((t for t in matrix.torch if t.version == version), None)
+    # An existing environment stands for its release once read (harness.envs.existing).
+    spec = next((t for t in matrix.torch if t.version == version and (not t.existing or t.probed)), None)
     if spec is None:
         try:
             spec = TorchSpec(version=version)

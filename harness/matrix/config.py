@@ -165,19 +165,110 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def is_interpreter(python: str | None) -> bool:
+    """Whether a torch entry's ``python`` names an interpreter (a path) rather than a version."""
+    return bool(python) and ("/" in python or python.startswith("~"))
+
+
+# A Docker image reference: [registry[:port]/]name[:tag][@digest], lowercase path components.
+IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+                        r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+_PINS = ("numpy", "onnx", "onnxscript", "protobuf", "extras")
+
+
 class TorchSpec(_Strict):
-    version: str
-    python: PythonVersion | None = None
+    """A torch release to install (a uv venv, or an image built from images/), or an existing
+    environment used as it is: an interpreter (``python: /opt/venv/bin/python``) or a local
+    Docker image (``image: team/deploy:2026-11``, optionally with the ``python`` inside it).
+    An existing environment's ``version``, when given, is the release expected there."""
+
+    version: str | None = None
+    python: str | None = None
+    image: str | None = None
     numpy: Pin | None = None
     onnx: Pin | None = None
     onnxscript: Pin | None = None
     protobuf: Pin | None = None
     extras: list[Annotated[str, AfterValidator(_check_requirement)]] = Field(default_factory=list)
+    # What a probe found in an existing environment (harness.envs.existing): an ExistingEnv.
+    _found: Any = PrivateAttr(default=None)
 
     @field_validator("version")
     @classmethod
-    def _version(cls, v: str) -> str:
-        return _check_version(v, "a torch release such as '2.13.0'")
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and is_interpreter(v):
+            raise ValueError("expected a torch release such as '2.13.0'; an existing interpreter is "
+                             "written {python: /path/to/python}")
+        return None if v is None else _check_version(v, "a torch release such as '2.13.0'")
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        if v is None or is_interpreter(v):
+            if v is not None and (not v.strip() or any(c in v for c in "\x00\n\r")):
+                raise ValueError("expected the path of an interpreter such as /opt/venv/bin/python")
+            return v
+        try:
+            return _check_python(v)
+        except ValueError:
+            raise ValueError("expected a Python version 3.9 or newer such as '3.11', or the path of an "
+                             "existing interpreter such as /opt/venv/bin/python") from None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not IMAGE_REF.match(v):
+            raise ValueError("expected a Docker image name such as 'team/deploy:2026-11'")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "TorchSpec":
+        if self.image is not None and self.python is not None and not is_interpreter(self.python):
+            raise ValueError(f"python: with an image, expected the interpreter inside it (a path such as "
+                             f"/opt/conda/bin/python), not a version (got {self.python!r})")
+        if not self.existing and self.version is None:
+            raise ValueError("expected a torch release (version: '2.13.0'), an existing interpreter "
+                             "(python: /opt/venv/bin/python) or a local Docker image (image: NAME)")
+        if self.existing:
+            pinned = [k for k in _PINS if getattr(self, k)]
+            if pinned:
+                raise ValueError(f"an existing environment is used as it is (nothing is installed there); "
+                                 f"expected no {pinned[0]!r} pin: what is installed there is what runs")
+        return self
+
+    @property
+    def existing(self) -> bool:
+        """An environment used as it is, not one built from pins."""
+        return self.image is not None or is_interpreter(self.python)
+
+    @property
+    def python_version(self) -> str | None:
+        """The Python version of an environment to build (None for an existing one)."""
+        return None if is_interpreter(self.python) else self.python
+
+    @property
+    def probed(self) -> bool:
+        """An existing environment already read (``found`` is known)."""
+        return self._found is not None
+
+    @property
+    def found(self) -> Any:
+        """What the probe found in this existing environment (an ``ExistingEnv``)."""
+        if self._found is None:
+            raise RuntimeError(f"{self.where}: not probed yet (harness.envs.existing.probe_matrix)")
+        return self._found
+
+    def read_as(self, found: Any) -> "TorchSpec":
+        """This existing environment as read (an ``ExistingEnv``): its release is the one found."""
+        entry = self.model_copy(update={"version": found.release})
+        entry._found = found
+        return entry
+
+    @property
+    def where(self) -> str:
+        if self.image is not None:
+            return f"image {self.image}" + (f" ({self.python})" if self.python else "")
+        return self.python if self.existing else f"torch {self.version}"
 
 
 class RuntimeSpec(_Strict):
@@ -426,9 +517,13 @@ class Matrix(_Strict):
         if dup:
             shown = f"{dup[:20]}{f' and {len(dup) - 20} more' if len(dup) > 20 else ''}"
             raise _KeyError("cases", f"case names must be unique; repeated: {shown} (give each a 'name')")
-        dup = sorted(x for x, n in Counter(t.version for t in self.torch).items() if n > 1)
+        dup = sorted(x for x, n in Counter(t.version for t in self.torch if not t.existing).items() if n > 1)
         if dup:
             raise _KeyError("torch", f"expected each torch version once; repeated: {dup}")
+        places = Counter((t.image, t.python) for t in self.torch if t.existing)
+        dup = sorted(f"{i or ''} {p or ''}".strip() for (i, p), n in places.items() if n > 1)
+        if dup:
+            raise _KeyError("torch", f"expected each existing environment once; repeated: {dup}")
         return self
 
     @model_validator(mode="after")
@@ -879,6 +974,9 @@ def matrix_hash(matrix: Matrix) -> str:
     data = matrix.model_dump(mode="json")
     for key in _SCHEDULING_KEYS:
         data.pop(key, None)
+    for entry in data.get("torch", []):
+        if entry.get("image") is None:
+            entry.pop("image", None)   # added later: counts only when set
     for case in data.get("cases", []):
         if not case.get("data_files"):
             case.pop("data_files", None)   # added later: counts only when set

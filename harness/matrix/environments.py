@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from harness.core.env import EnvSpec
+from harness.core.env import EnvSpec, ExistingEnv
 from harness.runtimes import runtime_info
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
                    if r.version is None and runtime_info(r.name).family == info.family]
     else:
         members = [rt]
+    if torch_spec.existing:
+        return existing_spec(torch_spec.found, rt, members)
     pins = {**companion_pins(torch_spec.version),
             **{k: v for k, v in (("numpy", torch_spec.numpy), ("onnx", torch_spec.onnx),
                                  ("onnxscript", torch_spec.onnxscript),
@@ -78,6 +80,35 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
     )
     suffix = "" if rt.version is None else f"-{rt.name}{rt.version}"
     spec.name = f"torch{torch_spec.version}-{info.family}{suffix}-{spec.spec_hash[:8]}"
+    return spec
+
+
+def existing_spec(found: ExistingEnv, rt: "RuntimeSpec", members: list["RuntimeSpec"]) -> EnvSpec:
+    """The environment an existing one (an interpreter, a local image) is for runtime ``rt``:
+    nothing to install; the runtimes whose module is missing there (or whose pinned release is
+    not the one installed) are ``absent``, each with the reason its cells are skipped for."""
+    info = runtime_info(rt.name)
+    versions = found.versions
+    absent: dict[str, str] = {}
+    for r in members:
+        ri = runtime_info(r.name)
+        # Said without the environment's path: a result stands for every path to the same set.
+        if ri.registry == "npm":
+            absent[r.label] = (f"{r.name} installs its npm package when it runs; an existing environment "
+                               "is used as it is")
+        elif ri.module not in found.modules:
+            absent[r.label] = (f"{ri.package} is not installed in this existing environment (no module "
+                               f"{ri.module!r}); it is used as it is: install {ri.package} there to run these cells")
+        elif r.version is not None and versions.get(ri.package) != r.version:
+            has = versions.get(ri.package)
+            absent[r.label] = (f"{r.label}: this existing environment has {ri.package} "
+                               f"{has or 'from another distribution'}, not {r.version}")
+    spec = EnvSpec(
+        name="", torch=found.release, python=found.python_version, family=info.family, packages=[],
+        runtimes=[r.label for r in members], needs_gpu=any(runtime_info(r.name).needs_gpu for r in members),
+        runtime_options={r.label: dict(r.options) for r in members}, existing=found, absent=absent)
+    suffix = "" if rt.version is None else f"-{rt.name}{rt.version}"
+    spec.name = f"torch{found.release}-{info.family}{suffix}-existing-{found.identity[:8]}"
     return spec
 
 

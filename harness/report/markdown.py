@@ -151,6 +151,32 @@ def bumps_section(df: pd.DataFrame) -> str:
     return f"## Changes between torch versions in this run\n\n{body}\n\n"
 
 
+# Packages named in the existing-environments table (every one is in run.json's `installed`).
+NAMED_PACKAGES = ("onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "openvino", "tensorrt", "numpy",
+                  "transformers")
+
+
+def existing_section(meta: RunMeta | None) -> str:
+    """The environments the run used as they are (an interpreter, a local image): where each
+    is and what it holds; "" when the run built all of its own."""
+    rows = []
+    for name, env in (meta.environments if meta else {}).items():
+        found = env.get("existing")
+        if not isinstance(found, dict):
+            continue
+        versions = dict(p.split("==", 1) for p in env.get("installed", []) if "==" in p)
+        named = ", ".join(f"{n} {versions[n]}" for n in NAMED_PACKAGES if n in versions)
+        where = f"image {found.get('image')} ({found.get('python')})" if found.get("image") else found.get("python")
+        cuda = f", CUDA {found['cuda']}" if found.get("cuda") else ""
+        rows.append(f"| {md_code(name)} | {md_code(str(where))} | torch {md_text(str(found.get('torch')))}{cuda}, "
+                    f"Python {md_text(str(found.get('python_version')))} | {md_text(named)} "
+                    f"({len(versions)} packages in run.json) |")
+    if not rows:
+        return ""
+    return ("## Existing environments\n\nUsed as they are: nothing was installed there.\n\n"
+            "| environment | where | torch | packages |\n|---|---|---|---|\n" + "\n".join(rows) + "\n\n")
+
+
 def render_markdown(records: list[Record], meta: RunMeta | None = None,
                     previous: tuple[dict[str, Any], pd.DataFrame] | None = None,
                     plots: Iterable[str] = ()) -> str:
@@ -165,6 +191,7 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     loaded = load_note(records, meta)
     head += f"**{md_text(loaded)}**\n\n" if loaded else ""
     head += passes_section(records)   # passes that could not be made: read before the matrix
+    head += existing_section(meta)
     folded = "Rows skipped on every torch are left out (see the overview's skip lines).\n\n" \
         if skip_only_rows(df).any() else ""
     return (head + f"{overview_markdown(df)}Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"

@@ -519,17 +519,19 @@ def polygraphy_dir() -> Path:
     return target
 
 
-def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv") -> dict[str, Any]:
-    """Reduce one stored cell in its own environment; the outcome as ``graph['reduced']``."""
+def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv",
+                existing: str | None = None) -> dict[str, Any]:
+    """Reduce one stored cell in its own environment (``existing``: the interpreter of an existing
+    one, used as it is); the outcome as ``graph['reduced']``."""
     from harness.core.paths import envs_dir, import_root
 
     bundle = bundle_dir(run_dir, rec)
     if bundle is None:
         return Reduction(failed=True, note="no bundle with model.onnx for this cell").to_dict()
-    if provider != "venv":
+    if provider not in ("venv", "existing-python"):
         return Reduction(failed=True, note=f"the cell ran in a {provider} environment; reductions run in the "
-                              "cell's uv environment (run the matrix with the venv provider)").to_dict()
-    python = envs_dir() / rec.env / "bin" / "python"
+                              "cell's uv environment or interpreter (run the matrix with the venv provider)").to_dict()
+    python = Path(existing) if existing else envs_dir() / rec.env / "bin" / "python"
     if not python.exists():
         return Reduction(failed=True, note=f"environment {rec.env} is not on this machine ({python} missing); "
                               "reductions run in the cell's uv environment").to_dict()
@@ -543,6 +545,10 @@ def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(import_root()), str(tools)]),
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), POLYGRAPHY_AUTOINSTALL_DEPS="0")
     env.pop("VIRTUAL_ENV", None)
+    if existing:   # nothing is written inside an existing environment
+        from harness.envs.existing import pycache_dir
+
+        env.update(PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=str(pycache_dir()))
     cmd = [str(python), "-m", "harness.run.reduce", "reduce", "--bundle", str(bundle),
            "--record", str(work / "record.json"), "--timeout", str(timeout_s), "--work", str(work)]
     with open(work / "driver.log", "w", encoding="utf-8") as log:
@@ -581,9 +587,11 @@ def reduce_run(run_dir: Path, cells: list[str] | None = None, timeout_s: float =
     results = {}
     for rec in chosen:
         log(f"reducing {rec.cell_id} ({rec.stage}: {(rec.error or '')[:100]}) …")
-        provider = (meta.environments.get(rec.env) or {}).get("provider", "venv")
+        marker = meta.environments.get(rec.env) or {}
+        provider = marker.get("provider", "venv")
+        existing = (marker.get("existing") or {}).get("python") if provider == "existing-python" else None
         try:
-            outcome = reduce_cell(Path(run_dir), rec, timeout_s, provider)
+            outcome = reduce_cell(Path(run_dir), rec, timeout_s, provider, existing)
         except Exception as exc:  # noqa: BLE001 - a broken reduction is this cell's pass not run, said
             outcome = Reduction(failed=True, note=f"the reduction broke: {type(exc).__name__}: {exc}"[:400]).to_dict()
         append_reduction(Path(run_dir), rec.cell_id, outcome)

@@ -66,7 +66,7 @@ class Scheduler:
         for env_plan, cells in todo:
             if why := skip_reason[env_plan.env.name]:
                 self.recorder.verdicts(skip_records(self.meta.run_id, env_plan, cells, why))
-        build = [(e, c) for e, c in todo if not skip_reason[e.env.name]]
+        build = [(e, self._without_absent(e, c)) for e, c in todo if not skip_reason[e.env.name]]
         # Environments are prepared one after the other in a background thread: downloading and
         # installing the next torch (network and disk bound) overlaps the workers (CPU bound).
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="env-prefetch")
@@ -109,6 +109,16 @@ class Scheduler:
             "cached": self.recorder.cached, "fresh": self.ctx.fresh or "no",
         }
         self.ctx.write_meta()
+
+    def _without_absent(self, env_plan: EnvPlan, cells: list[Cell]) -> list[Cell]:
+        """The cells left once those of runtimes the environment lacks (an existing one: see
+        ``EnvSpec.absent``) are recorded as skips with the reason; no worker is started for them."""
+        absent = env_plan.env.absent
+        for label, why in absent.items():
+            mine = [c for c in cells if c.key.runtime == label]
+            if mine:
+                self.recorder.verdicts(skip_records(self.meta.run_id, env_plan, mine, why))
+        return [c for c in cells if c.key.runtime not in absent]
 
     def _raise_slot_error(self) -> None:
         if self.errors:

@@ -71,7 +71,7 @@ from harness.core.events import (
 from harness.core.job import ExportGroup
 from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
-from harness.envs.provider import EnvironmentBuildError
+from harness.envs.provider import EnvironmentBuildError, local_worker
 from harness.matrix.plan import Cell, EnvPlan
 from harness.run.context import RunContext
 from harness.run.logcap import LOG_MAX_ENV, RELAY_ENV, LogRelay
@@ -133,7 +133,7 @@ class WorkerSupervisor:
         self.log_max_bytes = ctx.limits.log_max_bytes
         # A venv worker is a process tree of ours; a container's processes are Docker's (removed
         # with the container), and its worker writes group logs itself (capped in the worker).
-        self.owns_tree = getattr(self.provider, "name", "") == "venv"
+        self.owns_tree = local_worker(self.provider, env_plan.env)
         self.work = work or EnvWork(env_plan)
         self.deaths = self.work.deaths
         self.stop = ctx.stop

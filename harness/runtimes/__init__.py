@@ -23,17 +23,18 @@ class RuntimeInfo:
     extra_packages: tuple[str, ...] = ()
     needs_gpu: bool = False
     registry: str = "pypi"  # "npm": the package is an npm one, installed by the adapter
+    module: str = ""        # the module it imports: an existing environment lacking it skips it
 
 
 RUNTIMES: dict[str, RuntimeInfo] = {
     "ort-cpu": RuntimeInfo("ort-cpu", "harness.runtimes.ort_cpu:OrtCpuAdapter",
-                           "onnxruntime", "1.32.0", family="cpu"),
+                           "onnxruntime", "1.32.0", family="cpu", module="onnxruntime"),
     # OpenVINO's wheel bundles its CPU plugin and needs only numpy: it shares the CPU env.
     "openvino": RuntimeInfo("openvino", "harness.runtimes.openvino:OpenVinoAdapter",
-                            "openvino", "2026.4.1", family="cpu"),
+                            "openvino", "2026.4.1", family="cpu", module="openvino"),
     # opencv-python-headless needs only numpy: it shares the CPU env (and its exported files).
     "opencv-dnn": RuntimeInfo("opencv-dnn", "harness.runtimes.opencv_dnn:OpenCvDnnAdapter",
-                              "opencv-python-headless", "5.0.0.93", family="cpu"),
+                              "opencv-python-headless", "5.0.0.93", family="cpu", module="cv2"),
     # ONNX Runtime for JavaScript: npm packages (installed per environment from the lockfiles in
     # runtimes/node/locks), run by one Node.js process per worker. No pip package: the version
     # pins the npm package. They share an environment (and its exported files) of their own.
@@ -43,15 +44,15 @@ RUNTIMES: dict[str, RuntimeInfo] = {
                            "onnxruntime-web", "1.30.0", family="node", registry="npm"),
     # onnxruntime-openvino installs the `onnxruntime` module itself: a family of its own.
     "ort-openvino": RuntimeInfo("ort-openvino", "harness.runtimes.ort_openvino:OrtOpenVinoAdapter",
-                                "onnxruntime-openvino", "1.24.1", family="ort-openvino"),
+                                "onnxruntime-openvino", "1.24.1", family="ort-openvino", module="onnxruntime"),
     # onnxruntime-gpu 1.31 and torch 2.13 (PyPI) are both CUDA 13 builds: the nvidia-* wheels that
     # torch installs are the CUDA/cuDNN libraries ORT preloads, so no extra CUDA packages here.
     # Its import name clashes with onnxruntime, hence a family of its own.
     "ort-cuda": RuntimeInfo("ort-cuda", "harness.runtimes.ort_cuda:OrtCudaAdapter",
-                            "onnxruntime-gpu", "1.31.1", family="gpu", needs_gpu=True),
+                            "onnxruntime-gpu", "1.31.1", family="gpu", needs_gpu=True, module="onnxruntime"),
     # The tensorrt meta package pulls tensorrt-cu13 (libs + bindings), matching torch's CUDA 13.
     "tensorrt": RuntimeInfo("tensorrt", "harness.runtimes.tensorrt:TensorRTAdapter",
-                            "tensorrt", "11.4.0.106", family="gpu", needs_gpu=True),
+                            "tensorrt", "11.4.0.106", family="gpu", needs_gpu=True, module="tensorrt"),
 }
 
 

@@ -2,8 +2,10 @@
 
 A cell's key (``KeyContext.key``) is a digest of everything that decides its record:
 
-- the environment's exact installed package set (``EnvMarker.lock_hash``: a new torch nightly,
-  an onnx bump, anything the resolver picked differently changes it), its Python and provider;
+- the environment's exact installed package set (``EnvMarker.identity``: a new torch nightly,
+  an onnx bump, anything the resolver picked differently changes it; for an existing environment
+  also each distribution's files' hashes, so one changed in place runs its cells again), its
+  Python and provider;
 - the case: its label and reference, the hash of its source file and of the data files its matrix
   entry declares (``provenance.fingerprint``), and the matrix's tolerances for it;
 - the harness: its version and the hash of the code that decides results (``core/``, ``run/``,
@@ -127,7 +129,7 @@ class KeyContext:
             "options": cell.key.options.to_dict(), "runtime": cell.key.runtime,
             "runtime_name": cell.runtime_name,
             "runtime_options": env.runtime_options.get(cell.key.runtime, {}),
-            "installed": marker.lock_hash, "python": env.python, "provider": self.provider,
+            "installed": marker.identity, "python": env.python, "provider": self.provider,
             "harness": self.harness, "code": self.code,
             "latency": self.latency, "threads": self.threads,
             "host": {k: v for k, v in self.host.items() if env.needs_gpu or k != "gpu"},

@@ -64,7 +64,8 @@ FIXES = {
                "runs again",
     OTHER_CODE: "the case's source or the tool changed since: run it with this checkout "
                 "(python -m harness matrix) and the result is reused from then on",
-    OTHER_ENV: "a pin changed since: the cell runs in the planned environment",
+    OTHER_ENV: "a pin changed since (or an existing environment's packages did): the cell runs in the "
+               "planned environment",
     CHANGED: "a file the case loaded was edited since: run the cells again (python -m harness matrix), or "
              "restore the file",
     NO_FINGERPRINT: "run the cells again with this checkout",

@@ -177,3 +177,61 @@ def test_crash_and_hang_are_contained_in_containers(built_image, tmp_path):
     time.sleep(2)  # the watchdog of the killed driver removes its container
     left = docker.from_env().containers.list(all=True, filters={"label": "torch-onnx-matrix.worker"})
     assert not left, [c.name for c in left]
+
+
+# -- a local image as an existing environment (docs/existing-environments.md) ------------------------
+EXISTING_BODY = """exporters: [torchscript, dynamo]
+opsets: [18]
+runtimes: [ort-cpu]
+cases: [conv_bn]
+latency: {enabled: false}
+"""
+
+
+def built_tag(built_image: str) -> str:
+    import re
+
+    return re.search(r"torch-onnx-matrix/ort-cpu:[0-9a-f]{16}", built_image).group(0)
+
+
+def test_a_local_image_is_an_existing_environment(built_image, tmp_path):
+    """The image the Docker provider built, named as an existing one: its own interpreter, this
+    checkout's harness mounted, the image unchanged and no container left behind."""
+    import docker
+
+    tag = built_tag(built_image)
+    client = docker.from_env()
+    image_id = client.images.get(tag).id
+    config = tmp_path / "image.yaml"
+    config.write_text(f'torch: [{{image: "{tag}"}}]\n{EXISTING_BODY}')
+    out = tmp_path / "run"
+    run_harness("--reports", str(tmp_path / "reports"), "matrix", "--config", str(config), "--output", str(out))
+    got = verdicts(out)
+    assert got == {"torch2.13.0-conv_bn-torchscript-op18-ort-cpu": ("pass", None),
+                   "torch2.13.0-conv_bn-dynamo-op18-ort-cpu": ("pass", None)}
+    (env,) = json.loads((out / "run.json").read_text())["environments"].values()
+    assert env["provider"] == "existing-image" and env["existing"]["image_id"] == image_id
+    assert env["existing"]["python"].startswith("/") and "torch==2.13.0+cpu" in env["installed"]
+    assert client.images.get(tag).id == image_id    # the image is as it was: containers were removed
+    assert not client.containers.list(all=True, filters={"ancestor": image_id, "label": "torch-onnx-matrix.worker"})
+
+
+def test_the_gate_between_a_venv_made_by_hand_and_a_local_image(built_image, tmp_path):
+    from helpers import TORCH_2_13, hand_venv
+
+    tag = built_tag(built_image)
+    venv = hand_venv(tmp_path / "venv", *TORCH_2_13)
+    config = tmp_path / "cases.yaml"
+    config.write_text(f"torch: ['2.13.0']\n{EXISTING_BODY}")
+    out = tmp_path / "gate"
+    proc = run_harness("--reports", str(tmp_path / "reports"), "gate", "--config", str(config),
+                       "--baseline-env", str(venv), "--candidate-env", tag, "--output", str(out), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    gate = json.loads((out / "gate.json").read_text())
+    assert gate["coverage"]["compared"] == 2 and gate["counts"]["unchanged"] == 2
+    assert gate["candidate"]["environment"]["image"] == tag
+    assert "onnxruntime==1.32.0" in gate["candidate"]["environment"]["installed"]
+    md = (out / "gate.md").read_text()
+    assert md.split("\n### ", 2)[1].startswith("Packages that differ")
+    # Both sides hold the same pins; what differs is the interpreter (uv's CPython, Debian's).
+    assert all(d["package"] != "onnxruntime" for d in gate["packages_differ"]), gate["packages_differ"]

@@ -145,7 +145,9 @@ MALFORMED = [
     ("torch-duplicate", cfg(torch=["2.13.0", "2.13.0"]), "torch", "once"),
     ("torch-unknown-key", cfg(torch=[{"version": "2.13.0", "cuda": "12.4"}]), "torch[0].cuda", "Extra inputs"),
     ("python-2.7", cfg(torch=[{"version": "2.13.0", "python": "2.7"}]), "torch[0].python", "3.9 or newer"),
-    ("python-path", cfg(torch=[{"version": "2.13.0", "python": "/usr/bin/python3"}]), "torch[0].python", "3.9 or newer"),
+    # A path is an existing interpreter (docs/existing-environments.md): one that is not there is refused.
+    ("python-path", cfg(torch=[{"version": "2.13.0", "python": "/nonexistent/bin/python3"}]), "torch[0].python",
+     "expected an existing interpreter"),
     ("install-python-3.8", cfg(install={"python": "3.8"}), "install.python", "3.9 or newer"),
     ("numpy-not-a-version", cfg(torch=[{"version": "2.13.0", "numpy": "banana"}]), "torch[0].numpy", "expected a version"),
     ("onnx-path", cfg(torch=[{"version": "2.13.0", "onnx": "../onnx.whl"}]), "torch[0].onnx", "expected a version"),

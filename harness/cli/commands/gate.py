@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--package", default=None, metavar="NAME",
                    help="compare two releases of this package (--baseline/--candidate are its versions) "
                         "with torch held fixed: onnxscript, onnx, numpy, protobuf or a torch entry's extras")
+    p.add_argument("--baseline-env", default=None, metavar="ENV",
+                   help="baseline: an existing environment, used as it is: an interpreter (path to python, "
+                        "or a venv's folder) or a Docker image on this machine; with --candidate-env")
+    p.add_argument("--candidate-env", default=None, metavar="ENV",
+                   help="candidate: an existing environment (interpreter or local image); the gate "
+                        "compares the two, whatever torch each holds")
     opts.config(p, only=False)
     p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
     p.add_argument("--provider", choices=opts.PROVIDERS, default=opts.default_of(GateRequest, "provider"))
@@ -56,6 +62,17 @@ def run(args: argparse.Namespace) -> int:
     from harness.gate.main import GateRequest, run_gate
 
     baseline, candidate, config = args.baseline, args.candidate, args.config
+    if args.baseline_env is not None or args.candidate_env is not None:
+        if not (args.baseline_env and args.candidate_env) or baseline or candidate or args.package \
+                or args.from_deps is not None:
+            raise ConfigError("gate: expected both --baseline-env and --candidate-env (and none of "
+                              "--baseline, --candidate, --package, --from-deps)")
+        from harness.gate.environments import run_env_gate
+
+        settings = Settings(args.latency_threshold, args.alpha, args.parity_factor,
+                            tuple(args.block_on or ()), args.min_compared)
+        return run_env_gate(GateRequest(args.baseline_env, args.candidate_env, config, args.reports,
+                                        args.output, args.provider, settings, args.remeasure))
     if args.package is not None:
         if args.from_deps is not None or not (baseline and candidate):
             raise ConfigError("gate --package NAME: expected --baseline and --candidate versions of it "

@@ -29,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
     built = failed = 0
     for env_plan in plan.environments:
         spec = env_plan.env
+        if spec.existing is not None:
+            print(f"skip {spec.name}: an existing environment ({spec.existing.where}): nothing to build")
+            continue
         if why := provider.skip_reason(spec):
             print(f"skip {spec.name}: {why}")
             continue

@@ -48,7 +48,12 @@ def _print_plan(plan: Any, out: Any) -> None:
         for line in glob.lines():
             print(line, file=out)
     for env in plan.environments:
-        print(f"{env.env.name}: {' '.join(env.env.packages)}", file=out)
+        spec = env.env
+        what = (f"existing {spec.existing.where}, torch {spec.existing.torch}" if spec.existing
+                else ' '.join(spec.packages))
+        print(f"{spec.name}: {what}", file=out)
+        for label, why in spec.absent.items():
+            print(f"  {label}: skipped: {why}", file=out)
         for cell in env.cells:
             print(f"  {cell.cell_id}", file=out)
     print(f"{len(plan.cells)} cells in {len(plan.environments)} environments", file=out)

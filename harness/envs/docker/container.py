@@ -5,6 +5,9 @@ exactly like a venv worker and supervises it the same way. This process creates 
 through the Docker SDK (run directory and matrix folder mounted at the same absolute paths, the
 invoking user's uid, ``--init`` so that a worker killed by a signal is reported as such), and:
 
+- an existing image (``--python``, ``--harness``: ``harness.envs.existing_provider``): the
+  image's own interpreter is the entry point and this checkout's harness is mounted read-only at
+  its host path and put on PYTHONPATH (an image built from images/ carries its copy instead).
 - events: the worker writes its JSON events to the container's stdout (``--events-fd 1``); lines
   that are events are relayed to fd N, anything else (stray prints) to this process's stdout, the
   worker log. Attaching to the container streams (not its logs) keeps long lines whole.
@@ -39,13 +42,16 @@ def container_environment() -> dict[str, str]:
             if (k in FORWARD or k.startswith(FORWARD_PREFIXES)) and k not in HOST_ONLY}
 
 
-def mounts_for(job: Job):
-    """The run directory read-write; the matrix folder and the folders of case files read-only,
-    all at their host paths, so that every path in the job means the same inside."""
+def mounts_for(job: Job, harness: Path | None = None):
+    """The run directory read-write; the matrix folder, the folders of case files and (an
+    existing image's) the harness read-only, all at their host paths, so that every path in the
+    job means the same inside."""
     from docker.types import Mount
 
     run_dir = Path(job.run_dir).resolve()
     folders = {Path(job.base_dir).resolve()} if job.base_dir else set()
+    if harness is not None:
+        folders.add(Path(harness).resolve())
     for group in job.groups:
         ref = CaseRef.try_parse(group.case_ref)
         if ref is not None and ref.is_file:
@@ -94,10 +100,17 @@ def run_container(args: argparse.Namespace) -> int:
     job = Job.read(args.job)
     client = docker.from_env()
     name = f"harness-{os.getpid()}-{args.job.stem}"
-    command = ["python", "-m", "harness.run.worker", "--job", str(args.job.resolve()), "--events-fd", "1"]
+    worker = ["-m", "harness.run.worker", "--job", str(args.job.resolve()), "--events-fd", "1"]
+    environment = container_environment()
+    if args.harness is None:    # an image built from images/: the harness is its /opt/harness
+        command, entrypoint = ["python", *worker], None
+    else:                       # an existing image: this checkout's harness, mounted read-only
+        command, entrypoint = worker, [args.python or "python3"]
+        environment.update(PYTHONPATH=str(Path(args.harness).resolve()), PYTHONNOUSERSITE="1",
+                           PYTHONDONTWRITEBYTECODE="1", HOME="/tmp")
     container = client.containers.create(
-        args.image, command=command, name=name, environment=container_environment(),
-        mounts=mounts_for(job), user=f"{os.getuid()}:{os.getgid()}", init=True,
+        args.image, command=command, entrypoint=entrypoint, name=name, environment=environment,
+        mounts=mounts_for(job, args.harness), user=f"{os.getuid()}:{os.getgid()}", init=True,
         network_mode=os.environ.get("HARNESS_DOCKER_NETWORK", "host"),
         working_dir=job.run_dir, labels={"torch-onnx-matrix.worker": job.run_id},
         device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if args.gpus else None)
@@ -140,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.envs.docker.container")
     parser.add_argument("--image")
     parser.add_argument("--gpus", action="store_true", help="give the container every GPU")
+    parser.add_argument("--python", help="an existing image's interpreter (its entry point is not used)")
+    parser.add_argument("--harness", type=Path, help="an existing image: mount this harness and import it")
     parser.add_argument("--job", type=Path)
     parser.add_argument("--events-fd", type=int)
     parser.add_argument("--watch", metavar="CONTAINER", help=argparse.SUPPRESS)
