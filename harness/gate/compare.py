@@ -19,7 +19,9 @@ from harness.gate.deploy import deploy_failure, floor_raised
 from harness.gate.sources import Side
 from harness.gate.stats import (
     DEFAULT_ALPHA,
+    DEFAULT_CONFIDENCE,
     DEFAULT_RATIO,
+    Interleaved,
     LatencyChange,
     compare_intervals,
     compare_latency,
@@ -46,6 +48,7 @@ class Verdict(str, enum.Enum):
     XPASS = "known failure now passing"
     STILL_FAILING = "still failing"
     NOT_COMPARABLE = "not comparable"
+    CANNOT_TELL = "cannot tell"             # statuses and parity compared; the latency could not be told
     UNCHANGED = "unchanged"
 
     @property
@@ -59,7 +62,7 @@ class Verdict(str, enum.Enum):
         return {Verdict.NEW_FAILURE: "!", Verdict.FAILS_EARLIER: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
                 Verdict.INTERFACE_CHANGE: "+",
                 Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
-                Verdict.XPASS: "?"}.get(self, " ")
+                Verdict.XPASS: "?", Verdict.CANNOT_TELL: "~"}.get(self, " ")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Settings:
     # The share of the expected cells (see ``Coverage``) that must be compared for the gate to
     # say anything; below it the gate exits 2 ("cannot tell"), never 0.
     min_compared: float = 1.0
+    confidence: float = DEFAULT_CONFIDENCE   # of the interleaved ratio's interval
 
 
 @dataclass
@@ -84,6 +88,8 @@ class CellComparison:
     remeasured: bool = False
     notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
     drift: GraphDrift | None = None    # what changed in the exported file (information by default)
+    interleaved: Interleaved | None = None   # the interleaved A/B timing (harness.gate.retime)
+    attribution: str | None = None     # of a slower cell: "file", "stack", "both" or "neither"
 
     @property
     def name(self) -> str:
@@ -99,8 +105,12 @@ class CellComparison:
             "latency": None if lat is None else {"ratio": lat.ratio, "p_value": lat.p_value,
                                                  "base_median": lat.base_median,
                                                  "cand_median": lat.cand_median, "method": lat.method,
-                                                 "intervals": lat.intervals},
+                                                 "intervals": lat.intervals,
+                                                 **({"ratio_interval": list(lat.ratio_interval)}
+                                                    if lat.ratio_interval else {})},
             "remeasured": self.remeasured, "notes": self.notes,
+            **({"interleaved": self.interleaved.to_dict()} if self.interleaved is not None else {}),
+            **({"attribution": self.attribution} if self.attribution else {}),
             **({"drift": self.drift.to_dict()} if self.drift is not None else {}),
             **({"blame": self.cand.blame.to_dict()} if self.cand is not None and self.cand.blame else {}),
         }
@@ -277,12 +287,14 @@ class Coverage:
     less the cells skipped on both sides (they run on neither: a GPU cell on a CPU machine).
     Compared: the expected cells with any verdict but "not comparable". A gate that compared
     nothing, or less than ``Settings.min_compared`` of the expected cells, cannot say "no
-    regression"."""
+    regression". A cell whose latency "cannot tell" (timed while the machine was busy) was
+    compared for its statuses and parity; only a gate whose every compared cell is one cannot tell."""
 
     compared: int
     expected: int
     skipped_both: int
     why_not: dict[str, int]           # reason → cells of the expected ones not compared
+    latency_unknown: int = 0          # compared cells whose latency cannot be told
 
     @classmethod
     def of(cls, cells: list[CellComparison]) -> "Coverage":
@@ -294,7 +306,8 @@ class Coverage:
         for c in missing:
             reason = c.detail.split(":", 1)[0] if c.detail else "not comparable"
             why[reason] = why.get(reason, 0) + 1
-        return cls(len(expected) - len(missing), len(expected), len(skipped), why)
+        unknown = sum(1 for c in expected if c.verdict is Verdict.CANNOT_TELL)
+        return cls(len(expected) - len(missing), len(expected), len(skipped), why, unknown)
 
     @property
     def share(self) -> float:
@@ -307,6 +320,9 @@ class Coverage:
                 return ("no cell was comparable: the two sides have no cell in common that ran on "
                         f"either side ({self.skipped_both} skipped on both)")
             return f"no cell was comparable: {self.reasons()}"
+        if self.latency_unknown and self.latency_unknown == self.compared:
+            return (f"no cell was compared in full: the latency of each of the {self.compared} compared "
+                    "cells cannot be told (timed while the machine was busy, or not timed again)")
         if self.share + 1e-12 < min_share:
             return (f"only {self.compared} of {self.expected} cells were compared "
                     f"({self.share:.0%}, --min-compared {min_share:.0%}): {self.reasons()}")
@@ -319,4 +335,6 @@ class Coverage:
 
     def summary(self) -> str:
         extra = f"; {self.skipped_both} skipped on both sides" if self.skipped_both else ""
+        if self.latency_unknown:
+            extra += f"; the latency of {self.latency_unknown} cannot be told"
         return f"{self.compared} of {self.expected} cells compared{extra}"
