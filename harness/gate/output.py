@@ -124,7 +124,7 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             before = _state(c.base, c.latency.base_median if c.latency else None)
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
-                         f"{_cell(after)} | {ratio} | {_cell(detail, 400 if blame else 140)} |")
+                         f"{_cell(after)} | {ratio} | {_cell(detail, 400 if blame or c.remeasured else 140)} |")
     lines += drift_lines(cells)
     lines += ["", f"Baseline {md_code(base.label)} (runs {md_text(', '.join(base.runs)) or 'none'}), "
               f"candidate {md_code(cand.label)} (runs {md_text(', '.join(cand.runs)) or 'none'}). "

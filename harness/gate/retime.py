@@ -162,8 +162,10 @@ def timed(cell: CellComparison, files: list[TimedFile], stacks: list[Stack],
     """Time the baseline's and the candidate's file (in that order) interleaved, in one stack or
     in each side's (baseline's first), and set the cell's verdict, detail, facts and notes."""
     threshold, confidence = settings.latency_threshold, settings.confidence
-    first = cell.latency
+    first, flagged = cell.latency, cell.verdict in (Verdict.SLOWER, Verdict.FASTER)
     cell.remeasured = True
+    if first is not None and first.load_note in cell.notes:
+        cell.notes.remove(first.load_note)     # the first look's figure is not what decides now
     run = time_interleaved(files, stacks, ab, decided=lambda r: decisive(analyse(r, confidence), threshold))
     iv = cell.interleaved = analyse(run, confidence)
     if iv.error is not None:
@@ -175,7 +177,8 @@ def timed(cell: CellComparison, files: list[TimedFile], stacks: list[Stack],
     slower, faster = m.low > threshold, m.high * threshold < 1
     cell.latency = LatencyChange(iv.base_ms or 0.0, iv.cand_ms or 0.0, m.ratio, None, slower, faster,
                                  method="interleaved", ratio_interval=(m.low, m.high))
-    how = f"{m.text()}, interleaved in {m.n} process sets, {iv.clean} rounds"
+    sets = f"{iv.sets} process sets" + (f" ({m.n} usable)" if m.n != iv.sets else "")
+    how = f"{m.text()}, interleaved in {sets}, {iv.clean} rounds"
     was = f"first look ×{first.ratio:.2f}" if first is not None else "first look"
     if slower:
         cell.verdict = Verdict.SLOWER
@@ -185,7 +188,9 @@ def timed(cell: CellComparison, files: list[TimedFile], stacks: list[Stack],
         cell.verdict, cell.detail = Verdict.FASTER, f"{how}; {was}"
     else:
         cell.verdict = Verdict.UNCHANGED
-        cell.detail = f"not reproducible: {was}, {how}" + (f", not above {threshold:g}" if m.ratio > 1 else "")
+        within = m.low > 1 or m.high < 1          # a change, but inside the threshold
+        cell.detail = (f"{how}: within the {threshold:g} threshold; {was}" if within
+                       else f"{'not reproducible' if flagged else 'no change'}: {was}; {how}")
     for side, two in iv.modes.items():
         cell.notes.append(f"bimodal across processes on the {side}: {two.text()}")
 
@@ -201,7 +206,8 @@ def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: 
     """What is slower: ("file" | "stack" | "both" | "neither", the sentence)."""
     drift = cell_drift(base, cand) or cell.drift
     graph = (f" (graph: {drift.summary()})" if drift is not None and drift.changed
-             else " (same graph facts: the difference is in the bytes, not the ops)" if drift is not None else "")
+             else " (the graph facts the gate compares are the same: ops, nodes, inputs and outputs)"
+             if drift is not None else "")
     if iv.stack is None:
         return "file", f"the file is slower, in the same runtime stack ({iv.stacks[0]}){graph}"
     f, s = iv.file, iv.stack

@@ -184,6 +184,7 @@ class Interleaved:
     clean: int = 0
     seconds: float = 0.0
     error: str | None = None
+    other_cpu: float | None = None             # the median share of the machine others used (information)
 
     @property
     def loaded(self) -> bool:
@@ -196,7 +197,8 @@ class Interleaved:
                 "base_ms": self.base_ms, "cand_ms": self.cand_ms, "stacks": list(self.stacks),
                 "bimodal": {side: m.to_dict() for side, m in self.modes.items()},
                 "process_sets": self.sets, "usable_sets": self.usable, "rounds": self.rounds,
-                "clean_rounds": self.clean, "loaded": self.loaded, "seconds": self.seconds, "error": self.error}
+                "clean_rounds": self.clean, "loaded": self.loaded, "other_cpu": self.other_cpu,
+                "seconds": self.seconds, "error": self.error}
 
 
 def analyse(run: ABRun, confidence: float = DEFAULT_CONFIDENCE) -> Interleaved:
@@ -205,6 +207,8 @@ def analyse(run: ABRun, confidence: float = DEFAULT_CONFIDENCE) -> Interleaved:
     logs = [x for x in (set_logs(s) for s in sets) if x is not None]
     out = Interleaved(None, stacks=tuple(run.stacks), sets=len(sets), usable=len(logs), rounds=run.rounds,
                       clean=run.clean, seconds=run.seconds, error=run.error)
+    others = [p.load["other_cpu"] for p in run.processes if isinstance(p.load.get("other_cpu"), (int, float))]
+    out.other_cpu = round(statistics.median(others), 3) if others else None
     if len(logs) >= MIN_SETS:
         out.main = ratio_interval([x["main"] for x in logs], confidence)
         out.file = ratio_interval([x["file"] for x in logs], confidence)

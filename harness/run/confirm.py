@@ -67,15 +67,17 @@ def confirm(timings: dict[str, Record], protocol: LatencyProtocol,
     in a second fresh process and settle those that disagree (in place); returns counts."""
     checked = [cid for cid, rec in timings.items() if _timed(rec) and not rec.latency_ms.loaded]
     if not protocol.confirm or not checked:
-        return {"checked": 0, "disagreed": 0}
+        return {"checked": 0, "disagreed": 0, "unchecked": 0}
     short = protocol.confirm_protocol()
     second = time_again(checked, short)
-    disagreed = []
+    disagreed, unchecked = [], 0
     for cid in checked:
         lat, again = timings[cid].latency_ms, second.get(cid)
+        lat.processes = [round(lat.median, 6)]
         if not _timed(again) or again.latency_ms.loaded:
+            unchecked += 1     # the second process failed or was timed on a busy machine
             continue
-        lat.processes = [round(lat.median, 6), round(again.latency_ms.median, 6)]
+        lat.processes.append(round(again.latency_ms.median, 6))
         if not agree(lat, again.latency_ms, protocol.unstable_spread):
             disagreed.append(cid)
     more: list[dict[str, Record]] = [time_again(disagreed, short) for _ in range(protocol.confirm_processes)
@@ -86,4 +88,4 @@ def confirm(timings: dict[str, Record], protocol: LatencyProtocol,
                                    if _timed(r.get(cid)) and not r[cid].latency_ms.loaded]
         lat.processes = [round(m, 6) for m in medians]
         settle(lat, medians, protocol.confidence)
-    return {"checked": len(checked), "disagreed": len(disagreed)}
+    return {"checked": len(checked), "disagreed": len(disagreed), "unchecked": unchecked}

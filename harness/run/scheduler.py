@@ -221,7 +221,7 @@ class Scheduler:
     def _latency_phase(self, build: list[tuple[EnvPlan, list[Cell]]]) -> None:
         """Time every held passing cell, one environment after the other, nothing else running;
         each figure checked in a second fresh worker before it is stored (``harness.run.confirm``)."""
-        checks = {"checked": 0, "disagreed": 0}
+        checks = {"checked": 0, "disagreed": 0, "unchecked": 0}
         for env_plan, cells in build:
             held = {c.cell_id: c for c in cells if c.cell_id in self.recorder.held}
             if not held:
