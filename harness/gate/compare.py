@@ -2,8 +2,9 @@
 
 Classes follow asv compare: a new failure, a parity drift beyond the case's budget or a slower
 median that is also statistically significant is a regression (blocks); fixed, faster, known
-failure (xfail), known failure now passing (xpass), still failing, not comparable and unchanged
-are reported but never block.
+failure (xfail), known failure now passing (xpass), still failing, not comparable, cannot tell
+(latency) and unchanged are reported but never block. A latency verdict from stored records is
+only the first look: ``harness.gate.retime`` times the cells it flags interleaved and decides.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class CellComparison:
     detail: str = ""
     latency: LatencyChange | None = None
     remeasured: bool = False
-    notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
+    notes: list[str] = field(default_factory=list)   # e.g. a loaded first look, modes across processes
     drift: GraphDrift | None = None    # what changed in the exported file (information by default)
     interleaved: Interleaved | None = None   # the interleaved A/B timing (harness.gate.retime)
     attribution: str | None = None     # of a slower cell: "file", "stack", "both" or "neither"

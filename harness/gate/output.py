@@ -31,7 +31,7 @@ SECTIONS = [
 
 
 def _state(rec: Any, median: float | None = None) -> str:
-    """Status and median; ``median`` overrides the record's when the verdict rests on re-measured samples."""
+    """Status and median; ``median`` overrides the record's when the verdict rests on an interleaved timing."""
     if rec is None:
         return "—"
     median = median if median is not None else rec.latency_ms.median

@@ -69,7 +69,7 @@ def suspect(cell: CellComparison, threshold: float) -> bool:
 
 
 def settings_for(req: Any, matrix: Matrix) -> ABSettings:
-    """``--remeasure N``: at least N process sets, at most max(12, 3N)."""
+    """``--remeasure N``: at least N process sets (and 2), at most max(12, 3N)."""
     n = max(2, req.remeasure)
     return ABSettings(min_processes=n, max_processes=max(12, 3 * n), threads=matrix.threads or 1)
 
@@ -127,32 +127,42 @@ def retime(cells: list[CellComparison], sources: list[SideSource], req: Any, out
         return
     console.print(f"timing {len(chosen)} cell(s) interleaved: files exported again, both sides alternated")
     keys = {c.key for c in chosen}
-    exported = {s.which: export_again(s, keys, req, out / "retime" / s.which, current) for s in sources}
+    exported: dict[str, dict[CellKey, Exported]] = {}
+    failed: dict[str, str] = {}
+    for s in sources:
+        try:
+            exported[s.which] = export_again(s, keys, req, out / "retime" / s.which, current)
+        except Exception as exc:  # noqa: BLE001 - its cells' latency cannot be told; the gate goes on
+            exported[s.which], failed[s.which] = {}, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     matrix = sources[0].matrix
     envs = RuntimeOnlyEnvs(install=matrix.install)
     ab = settings_for(req, matrix)
     try:
         for cell in chosen:
             base, cand = exported["baseline"].get(cell.key), exported["candidate"].get(cell.key)
-            decide(cell, base, cand, envs, req, ab)
+            decide(cell, base, cand, envs, req, ab, failed)
     finally:
         for s in sources:
             shutil.rmtree(out / "retime" / s.which / "spool", ignore_errors=True)
 
 
 def decide(cell: CellComparison, base: Exported | None, cand: Exported | None, envs: RuntimeOnlyEnvs,
-           req: Any, ab: ABSettings) -> None:
+           req: Any, ab: ABSettings, failed: dict[str, str] | None = None) -> None:
     """Time one cell's two files interleaved (``timed``), or say why its latency cannot be told."""
     cell.remeasured = True
     for which, ex in (("baseline", base), ("candidate", cand)):
         if ex is None or ex.record is None or not ex.record.status.passed or not (ex.file.spool / "spool.json").exists():
-            why = "not exported again" if ex is None or ex.record is None else \
-                f"{ex.record.status} at {ex.record.stage}: {ex.record.error or ''}".strip(": ")
+            if ex is None or ex.record is None:
+                why = (failed or {}).get(which, "not run again")
+            elif ex.record.status.passed:
+                why = "its exported file was not kept"
+            else:
+                why = f"{ex.record.status} at {ex.record.stage}: {ex.record.error or ''}".strip(": ")
             return cannot_tell(cell, f"the {which}'s file could not be made again ({why})")
     stacks = [stack_of(base, envs, req.provider, ab.threads), stack_of(cand, envs, req.provider, ab.threads)]
     if errors := [s for s in stacks if isinstance(s, str)]:
         return cannot_tell(cell, f"no interpreter to time it in: {errors[0]}")
-    if stacks[0].label == stacks[1].label and stacks[0].python == stacks[1].python:
+    if stacks[0].label == stacks[1].label:      # one runtime release: both files in each process
         stacks = stacks[:1]
     timed(cell, [base.file, cand.file], stacks, (base.record, cand.record), req.settings, ab)
 

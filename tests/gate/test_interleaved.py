@@ -60,7 +60,7 @@ def busy_core():
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(proc.pid, {sorted(os.sched_getaffinity(0))[0]})
+            os.sched_setaffinity(proc.pid, {min(os.sched_getaffinity(0))})
         time.sleep(0.2)
         yield proc
     finally:
@@ -86,7 +86,7 @@ def test_equal_files_are_never_slower_under_load(files, busy_core) -> None:
     assert Verdict.SLOWER not in verdicts and Verdict.FASTER not in verdicts, [c.detail for c in twins + same]
     # Not a gate that says nothing: the busy core leaves the other free, and the comparisons decide.
     decided = [c for c in twins + same if c.verdict is Verdict.UNCHANGED]
-    assert len(decided) >= 0.9 * len(verdicts), [c.detail for c in twins + same]
+    assert len(decided) >= 0.8 * len(verdicts), [c.detail for c in twins + same]
     assert all(0.95 < c.interleaved.main.ratio < 1.05 for c in decided)
     assert all(c.detail.startswith("not reproducible: first look") or "within the 1.1 threshold" in c.detail
                for c in decided)

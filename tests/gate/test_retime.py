@@ -14,12 +14,24 @@ import pytest
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Status
-from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, compare_cell
+from harness.gate.compare import (
+    CellComparison,
+    Coverage,
+    Settings,
+    Verdict,
+    compare_cell,
+)
 from harness.gate.output import render_json, render_junit, render_markdown
 from harness.gate.retime import attribute, cannot_tell, suspect
 from harness.gate.sources import Side
-from harness.gate.stats import (MIN_CLEAN_ROUNDS, LatencyChange, analyse, decisive, ratio_interval,
-                                set_logs)
+from harness.gate.stats import (
+    MIN_CLEAN_ROUNDS,
+    LatencyChange,
+    analyse,
+    decisive,
+    ratio_interval,
+    set_logs,
+)
 from harness.run.ab import ABRun, ProcessTiming, modes
 
 KEY = CellKey("data_dependent_scale", "dynamo", 18, "openvino")
@@ -139,3 +151,27 @@ def test_the_reports_carry_the_interval_and_the_attribution() -> None:
     junit = ET.fromstring(render_junit(side_a, side_b, [cell]))
     failure = junit.find("testcase/failure")
     assert failure is not None and "the file is slower" in failure.get("message")
+
+
+def test_a_file_that_cannot_be_made_again_leaves_the_latency_untold(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from harness.core.env import EnvSpec
+    from harness.gate.retime import Exported, decide
+    from harness.run.ab import ABSettings, TimedFile
+
+    cell = compare_cell(KEY, _record("a", 0.010), _record("b", 0.015), Settings(), True)
+    assert cell.verdict is Verdict.SLOWER
+    broken = Record.for_cell("r", KEY, "b", "env", Status.FAIL, stage="export", error="ConversionError: boom")
+    cand = Exported(broken, TimedFile(tmp_path), EnvSpec("e", "2.13.0", "3.11", "cpu", [], []), "ort-cpu")
+    req = SimpleNamespace(provider="venv", settings=Settings())
+    decide(cell, None, cand, None, req, ABSettings(), {"baseline": "EnvironmentFailure: torch 9.9 is not on the index"})
+    assert cell.verdict is Verdict.CANNOT_TELL and not cell.verdict.blocking
+    assert "the baseline's file could not be made again (EnvironmentFailure: torch 9.9" in cell.detail
+    cell.verdict = Verdict.SLOWER
+    base = Exported(_record("a", 0.01), TimedFile(tmp_path), EnvSpec("e", "2.9.1", "3.11", "cpu", [], []), "ort-cpu")
+    decide(cell, base, cand, None, req, ABSettings())
+    assert "the baseline's file could not be made again (its exported file was not kept)" in cell.detail
+    (tmp_path / "spool.json").write_text("{}")
+    decide(cell, base, cand, None, req, ABSettings())
+    assert "the candidate's file could not be made again (fail at export: ConversionError: boom)" in cell.detail
