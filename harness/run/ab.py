@@ -77,7 +77,7 @@ class ProcessTiming:
 
     stack: int
     t: list[list[float]] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
+    cpu: list[float | None] = field(default_factory=list)    # None: a GPU runtime (not told)
     load: dict[str, Any] = field(default_factory=dict)
     version: str | None = None
 
@@ -87,7 +87,8 @@ class ProcessTiming:
 
     def clean(self, r: int) -> bool:
         """Round ``r`` is evidence: the process had its core, no steal in its window."""
-        return not self.stolen and self.cpu[r] >= CONTENDED
+        share = self.cpu[r]
+        return not self.stolen and (share is None or share >= CONTENDED)
 
     def clean_rounds(self) -> list[int]:
         return [r for r in range(len(self.t)) if self.clean(r)]

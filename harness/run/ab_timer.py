@@ -17,7 +17,8 @@ own); imports the runtime's adapter, ``latency`` (the warm-up) and ``machine_loa
   "call_ms": [per file]}``, or ``{"ready": false, "error"}`` and it exits;
 - per ``round`` line on stdin: ``{"t": [ms per file], "cpu": share}``: per file, the median call
   of a block of at least ``block_calls`` calls and ``block_s`` seconds, in the spec's file order;
-  ``cpu``: the share of the round this process (and its children) ran on a CPU;
+  ``cpu``: the share of the round this process (and its children) ran on a CPU (null for a
+  runtime on a GPU, whose process waits on the device);
 - on ``end`` (or end of input): ``{"load": ...}`` (``LoadProbe`` over every round) and it exits.
 """
 from __future__ import annotations
@@ -91,6 +92,10 @@ def serve(spec: dict[str, Any], commands: Any = None) -> int:
         say({"ready": False, "error": runtime_error(exc, Path(spec["files"][0]["spool"]))})
         return 0
     say({"ready": True, "version": version, "call_ms": call_ms})
+    from harness.runtimes import runtime_info
+
+    # A GPU runtime's process waits on the device: its CPU share says nothing of contention.
+    on_gpu = runtime_info(spec["runtime"]).needs_gpu
     clock = cpu_clock()
     probe = LoadProbe.start()
     for line in commands if commands is not None else sys.stdin:
@@ -102,7 +107,7 @@ def serve(spec: dict[str, Any], commands: Any = None) -> int:
         for i in order:
             t[i] = block(calls[i], block_s, block_calls)
         share = (clock() - c0) / max(time.perf_counter() - w0, 1e-9)
-        say({"t": t, "cpu": round(share, 3)})
+        say({"t": t, "cpu": None if on_gpu else round(share, 3)})
     say({"load": probe.result()})
     for adapter in adapters:
         adapter.deactivate()

@@ -61,6 +61,8 @@ def test_a_set_is_the_median_over_its_clean_rounds() -> None:
     stolen = proc(0, rounds, steal=0.2)               # the hypervisor took the CPUs
     assert set_logs([stolen]) is None
     assert set_logs([proc(0, rounds[:MIN_CLEAN_ROUNDS - 1])]) is None
+    on_gpu = ProcessTiming(0, [list(r) for r in rounds], [None] * len(rounds), {})   # no CPU share told
+    assert set_logs([on_gpu])["main"] == pytest.approx(math.log(1.3))
 
 
 def test_two_stacks_separate_the_file_from_the_stack() -> None:
