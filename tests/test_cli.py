@@ -49,7 +49,7 @@ def test_a_subcommand_parses_the_same_with_or_without_the_others():
     whole = vars(build_parser().parse_args(argv))
     lazy.pop("func"), whole.pop("func")
     assert lazy == whole
-    assert lazy["alpha"] == 0.01 and lazy["block_on"] == ["io"] and lazy["remeasure"] == 2
+    assert lazy["alpha"] == 0.01 and lazy["block_on"] == ["io"] and lazy["remeasure"] == 4
 
 
 def test_defaults_come_from_the_request_types():

@@ -16,6 +16,8 @@ assertions in tests. In one run:
 - loading and planning a matrix of 10,000 and 100,000 case entries (seconds, growth).
 - the blame ladder's cost (``blame_cost``): seconds per failing cell, nothing on passing cells.
   ``python -m harness.checks.bench blame-cost RUN_DIR`` prints it for any finished run.
+- the gate's interleaved latency comparison (``bench_interleaved``): false "slower" on equal
+  files and detection of a 1.3x file, quiet and with one core kept busy, and its seconds;
 - process isolation (``harness.run.fresh``): the start cost of a group's process forked from the
   warm worker, against a group run in the long-lived worker and a cold ``python -c "import
   torch"``, and the small matrix's verdict phase with a fresh process per group against the
@@ -439,54 +441,73 @@ def accuracy_rows(acc: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def run_bench(config: Path, only: str, reports: Path) -> int:
-    """``python -m harness bench``: run every benchmark, print tables, keep the numbers."""
+def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = None) -> int:
+    """``python -m harness bench``: run every benchmark (or ``parts`` of them), print tables,
+    keep the numbers."""
+    from harness.checks.bench_interleaved import bench_interleaved, interleaved_rows
+
     parse_only(only)
-    results = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "env_reuse": bench_env_reuse(config, only),
-        "latency_accuracy": bench_latency_accuracy(latency_env(config, only)),
-        "matrix": bench_matrix(config, only),
-        "timing_floor": bench_timing_overhead(),
-        "plan_scaling": bench_plan_scaling(),
-        "isolation": bench_isolation(config, only),
-        "runtime_releases": bench_runtime_releases(config, only),
+    benchmarks = {
+        "env_reuse": lambda: bench_env_reuse(config, only),
+        "latency_accuracy": lambda: bench_latency_accuracy(latency_env(config, only)),
+        "matrix": lambda: bench_matrix(config, only),
+        "timing_floor": bench_timing_overhead,
+        "plan_scaling": bench_plan_scaling,
+        "isolation": lambda: bench_isolation(config, only),
+        "runtime_releases": lambda: bench_runtime_releases(config, only),
+        "interleaved": lambda: bench_interleaved(latency_env(config, only)),
     }
+    unknown = sorted(set(parts or ()) - set(benchmarks))
+    if unknown:
+        raise ConfigError(f"--part: no benchmark {', '.join(unknown)} (expected {', '.join(benchmarks)})")
+    results: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for name, run in benchmarks.items():
+        if not parts or name in parts:
+            results[name] = run()
     out_dir = reports / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
     path.write_text(json.dumps(results, indent=2))
-    acc = results["latency_accuracy"]
-    print(f"Latency, median of {acc['repeats']} fresh processes each (ms, 1 thread); targets for "
-          f"models >= 1 ms: within ±{TARGET:.0%} of the bare loop and benchmark_app, spread <= {TARGET:.0%}\n")
-    print(tabulate(accuracy_rows(acc), tablefmt="github", headers=[
-        "model", "harness ort", "bare ort", "ratio", "harness ov", "benchmark_app", "ratio",
-        "spread % (h-ort / bare / h-ov / bapp)", "floor ms (ort / ov)"]))
-    mx = results["matrix"]
+    if "latency_accuracy" in results:
+        acc = results["latency_accuracy"]
+        print(f"Latency, median of {acc['repeats']} fresh processes each (ms, 1 thread); targets for "
+              f"models >= 1 ms: within ±{TARGET:.0%} of the bare loop and benchmark_app, spread <= {TARGET:.0%}\n")
+        print(tabulate(accuracy_rows(acc), tablefmt="github", headers=[
+            "model", "harness ort", "bare ort", "ratio", "harness ov", "benchmark_app", "ratio",
+            "spread % (h-ort / bare / h-ov / bapp)", "floor ms (ort / ov)"]))
     rows = [[f"env reuse: {k}", f"{v['warm_ensure_ms']:.1f} ms (cold install {v['cold_install_s']} s)"]
-            for k, v in results["env_reuse"].items()]
-    for label, key in (("first run (empty cell cache)", "first_run"), ("re-run (cell cache)", "cached_rerun"),
-                       ("--fresh --jobs 1", "jobs_1"), ("--fresh --jobs 2", "jobs_2")):
-        rows += [[f"matrix ({only}), {label}: {k}", v] for k, v in mx[key].items() if k != "args"]
-    rows += [["matrix: cached re-run / first run (wall)", mx["cached_rerun_ratio"]],
-             ["matrix: same verdicts from the cache", mx["cached_same_verdicts"]],
-             ["matrix: verdict phase speed-up, jobs 2 vs 1", mx["verdict_phase_speedup_jobs_2"]],
-             ["matrix: wall speed-up, jobs 2 vs 1", mx["wall_speedup_jobs_2"]],
-             ["matrix: same verdicts, jobs 2 vs 1", mx["jobs_same_verdicts"]],
-             *[[f"blame (--fresh --jobs 1): {k}", v] for k, v in mx["blame"].items()],
-             ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
-    rows += [[f"latency loop floor: {k}", v] for k, v in results["timing_floor"].items()]
-    scaling = results["plan_scaling"]
+            for k, v in results.get("env_reuse", {}).items()]
+    if "matrix" in results:
+        rows += matrix_rows(results["matrix"], only)
+    rows += [[f"latency loop floor: {k}", v] for k, v in results.get("timing_floor", {}).items()]
+    scaling = results.get("plan_scaling", {})
     rows += [[f"plan of {int(n):,} case entries", f"{v['total_s']} s (load {v['load_s']} s, plan {v['plan_s']} s, "
               f"{v['us_per_entry']} µs per entry)"] for n, v in scaling.items() if n != "growth"]
     if "growth" in scaling:
         rows += [["plan: time growth for 10x the entries (linear: ~10)", scaling["growth"]["time_x"]]]
-    rows += isolation_rows(results["isolation"])
+    if "isolation" in results:
+        rows += isolation_rows(results["isolation"])
     rows += [[f"two more onnxruntime releases ({', '.join(EXTRA_RUNTIME_RELEASES)}): {k}", v]
-             for k, v in results["runtime_releases"].items()]
+             for k, v in results.get("runtime_releases", {}).items()]
+    if "interleaved" in results:
+        rows += interleaved_rows(results["interleaved"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0
+
+
+def matrix_rows(mx: dict[str, Any], only: str) -> list[list[Any]]:
+    rows = []
+    for label, key in (("first run (empty cell cache)", "first_run"), ("re-run (cell cache)", "cached_rerun"),
+                       ("--fresh --jobs 1", "jobs_1"), ("--fresh --jobs 2", "jobs_2")):
+        rows += [[f"matrix ({only}), {label}: {k}", v] for k, v in mx[key].items() if k != "args"]
+    return rows + [["matrix: cached re-run / first run (wall)", mx["cached_rerun_ratio"]],
+                   ["matrix: same verdicts from the cache", mx["cached_same_verdicts"]],
+                   ["matrix: verdict phase speed-up, jobs 2 vs 1", mx["verdict_phase_speedup_jobs_2"]],
+                   ["matrix: wall speed-up, jobs 2 vs 1", mx["wall_speedup_jobs_2"]],
+                   ["matrix: same verdicts, jobs 2 vs 1", mx["jobs_same_verdicts"]],
+                   *[[f"blame (--fresh --jobs 1): {k}", v] for k, v in mx["blame"].items()],
+                   ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
 
 
 if __name__ == "__main__":   # python -m harness.checks.bench blame-cost RUN_DIR

@@ -5,6 +5,7 @@ Run with an environment's python (the checkout on PYTHONPATH), printing one JSON
     python -m harness.checks.bench_latency models DIR            # write the bench models
     python -m harness.checks.bench_latency harness MODEL RUNTIME  # the harness protocol + adapter
     python -m harness.checks.bench_latency bare-ort MODEL         # a plain onnxruntime loop
+    python -m harness.checks.bench_latency ab-models DIR         # spools of the A/B bench's files
 
 Imports what a worker may (standard library, numpy, the harness's worker-side modules); onnx and
 onnxruntime lazily. The bare loop uses no harness code at all.
@@ -67,6 +68,45 @@ def micro(path: Path) -> Path:
     return path
 
 
+def mlp(path: Path, layers: int = 10, width: int = 256, batch: int = 8, producer: str = "bench") -> Path:
+    """``layers`` MatMul+Relu of ``width`` on a batch of ``batch``: a few hundred microseconds at
+    one thread; 13 layers time about 1.3x 10 (the interleaved A/B bench and tests)."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(3)
+    inits, nodes, x = [], [], "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((width, width)) / width ** 0.5).astype(np.float32), f"w{i}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]), helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width])], inits)
+    model = helper.make_model(graph, producer_name=producer, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+    return path
+
+
+AB_MODELS = {"base": {"layers": 10, "producer": "torch 1"}, "twin": {"layers": 10, "producer": "torch 2"},
+             "slow": {"layers": 13, "producer": "torch 2"}}
+
+
+def ab_models(folder: Path) -> dict[str, str]:
+    """Spool folders of three files: ``base``, ``twin`` (byte-different, the same graph: as fast)
+    and ``slow`` (three more layers: about 1.3x slower); name → folder."""
+    from harness.run.runtime_probe import write_spool
+
+    out = {}
+    for name, kw in AB_MODELS.items():
+        spool = Path(folder) / name
+        spool.mkdir(parents=True, exist_ok=True)
+        mlp(spool / "model.onnx", **kw)
+        write_spool(spool, "model.onnx", random_feeds([("x", [8, 256])]))
+        out[name] = str(spool)
+    return out
+
+
 def random_feeds(names_shapes: list[tuple[str, list[int]]]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(2)
     return {n: rng.standard_normal(shape).astype(np.float32) for n, shape in names_shapes}
@@ -122,7 +162,9 @@ def bare_ort_latency(model: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     what, *args = argv
-    if what == "models":
+    if what == "ab-models":
+        result = ab_models(Path(args[0]))
+    elif what == "models":
         out = Path(args[0])
         out.mkdir(parents=True, exist_ok=True)
         result: dict[str, Any] = {"convnet": str(convnet(out / "convnet.onnx")),

@@ -33,6 +33,10 @@ class LatencyProtocol:
     stops when the ``confidence`` interval of the median lies within ±``rel_ci`` of it after at
     least ``min_runs`` calls and ``min_time_s`` ("converged"), or at ``max_time_s`` ("time_cap")
     or ``max_runs`` ("max_runs").
+
+    ``confirm``: the latency phase times each cell once more in a second fresh process with a short
+    protocol (``confirm_protocol``); where the two disagree it is timed in ``confirm_processes``
+    more and stored with the median of all (``harness.run.confirm``).
     """
 
     enabled: bool = True
@@ -50,6 +54,8 @@ class LatencyProtocol:
     rel_ci: float = 0.01
     confidence: float = 0.95
     unstable_spread: float = 0.05
+    confirm: bool = True
+    confirm_processes: int = 4
 
     def __post_init__(self) -> None:
         for name in ("warmup_runs", "warmup_s", "warmup_max_s", "warmup_window_s", "warmup_tolerance",
@@ -65,6 +71,19 @@ class LatencyProtocol:
             raise ValueError("max_time_s, rel_ci and unstable_spread must be > 0")
         if not 0 < self.confidence < 1:
             raise ValueError("confidence must be between 0 and 1")
+        if self.confirm_processes < 2:
+            raise ValueError("confirm_processes must be >= 2")
+
+    def confirm_protocol(self) -> "LatencyProtocol":
+        """The second process's protocol: the same checks, a tenth of the calls and time (at most
+        1 s of sampling), no check of its own."""
+        return LatencyProtocol(
+            warmup_runs=self.warmup_runs, warmup_s=min(self.warmup_s, 0.02), warmup_max_s=min(self.warmup_max_s, 0.5),
+            warmup_windows=2, warmup_window_runs=self.warmup_window_runs, warmup_window_s=self.warmup_window_s,
+            warmup_tolerance=max(self.warmup_tolerance, 0.05), min_runs=max(1, min(self.min_runs, 50)),
+            min_time_s=min(self.min_time_s, 0.03), max_time_s=min(self.max_time_s, 1.0),
+            max_runs=max(self.max_runs // 10, max(1, min(self.min_runs, 50))), rel_ci=max(self.rel_ci, 0.02),
+            confidence=self.confidence, unstable_spread=self.unstable_spread, confirm=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "LatencyProtocol":

@@ -90,6 +90,9 @@ class Latency:
     runtime binding's own per-call median on an identity model. ``spread``: the robust spread
     (IQR / 1.349 / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
     machine was busy with other work while the calls were timed (``harness.run.machine_load``).
+    ``unstable_why``: what made it unstable. ``processes``: the medians of the fresh processes
+    that timed it (the protocol's own first; ``harness.run.confirm``): where two disagreed, the
+    median is theirs, and ``bimodal`` with ``modes`` ([lower, upper] ms) when they split in two.
     ``samples``: every value up to
     1,000 in time order, beyond that 1,000 evenly spaced order statistics; records written before
     these keys existed keep all their samples and lack the other keys.
@@ -114,6 +117,10 @@ class Latency:
     floor_ms: float | None = None
     loaded: bool | None = None
     load: dict[str, Any] = field(default_factory=dict)
+    unstable_why: str | None = None
+    processes: list[float] = field(default_factory=list)
+    bimodal: bool | None = None
+    modes: list[float] = field(default_factory=list)
     samples: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -125,9 +132,9 @@ class Latency:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         # Flat fields: no deep copy (``asdict`` would walk each of up to 1,000 samples).
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out = {k: (list(v) if k == "samples" else v) for k, v in out.items()
+        out = {k: (list(v) if k in ("samples", "processes", "modes") else v) for k, v in out.items()
                if k != "extra" and v is not None and (k != "samples" or (samples and v))
-               and (k != "load" or v)}
+               and (k not in ("load", "processes", "modes") or v)}
         return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
     def __bool__(self) -> bool:
@@ -383,7 +390,11 @@ _LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv"
             "iterations": _OPT_INT, "threads": _OPT_INT,
             "unstable": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
             "loaded": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
+            "bimodal": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
+            "unstable_why": _OPT_STR,
             "load": _OPT_OBJ,
+            **{k: (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers")
+               for k in ("processes", "modes")},
             "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
                         "a list of numbers")}
 

@@ -2,8 +2,9 @@
 
 Classes follow asv compare: a new failure, a parity drift beyond the case's budget or a slower
 median that is also statistically significant is a regression (blocks); fixed, faster, known
-failure (xfail), known failure now passing (xpass), still failing, not comparable and unchanged
-are reported but never block.
+failure (xfail), known failure now passing (xpass), still failing, not comparable, cannot tell
+(latency) and unchanged are reported but never block. A latency verdict from stored records is
+only the first look: ``harness.gate.retime`` times the cells it flags interleaved and decides.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from harness.gate.deploy import deploy_failure, deploy_unchecked, floor_raised
 from harness.gate.sources import Side
 from harness.gate.stats import (
     DEFAULT_ALPHA,
+    DEFAULT_CONFIDENCE,
     DEFAULT_RATIO,
+    Interleaved,
     LatencyChange,
     compare_intervals,
     compare_latency,
@@ -46,6 +49,7 @@ class Verdict(str, enum.Enum):
     XPASS = "known failure now passing"
     STILL_FAILING = "still failing"
     NOT_COMPARABLE = "not comparable"
+    CANNOT_TELL = "cannot tell"             # statuses and parity compared; the latency could not be told
     UNCHANGED = "unchanged"
 
     @property
@@ -59,7 +63,7 @@ class Verdict(str, enum.Enum):
         return {Verdict.NEW_FAILURE: "!", Verdict.FAILS_EARLIER: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
                 Verdict.INTERFACE_CHANGE: "+",
                 Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
-                Verdict.XPASS: "?"}.get(self, " ")
+                Verdict.XPASS: "?", Verdict.CANNOT_TELL: "~"}.get(self, " ")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Settings:
     # The share of the expected cells (see ``Coverage``) that must be compared for the gate to
     # say anything; below it the gate exits 2 ("cannot tell"), never 0.
     min_compared: float = 1.0
+    confidence: float = DEFAULT_CONFIDENCE   # of the interleaved ratio's interval
 
 
 @dataclass
@@ -82,9 +87,11 @@ class CellComparison:
     detail: str = ""
     latency: LatencyChange | None = None
     remeasured: bool = False
-    notes: list[str] = field(default_factory=list)   # e.g. why a re-measurement was not possible
+    notes: list[str] = field(default_factory=list)   # e.g. a loaded first look, modes across processes
     drift: GraphDrift | None = None    # what changed in the exported file (information by default)
     deploy_unchecked: str | None = None   # why the deployed release was not tried on the candidate's file
+    interleaved: Interleaved | None = None   # the interleaved A/B timing (harness.gate.retime)
+    attribution: str | None = None     # of a slower cell: "file", "stack", "both" or "neither"
 
     @property
     def name(self) -> str:
@@ -100,8 +107,12 @@ class CellComparison:
             "latency": None if lat is None else {"ratio": lat.ratio, "p_value": lat.p_value,
                                                  "base_median": lat.base_median,
                                                  "cand_median": lat.cand_median, "method": lat.method,
-                                                 "intervals": lat.intervals},
+                                                 "intervals": lat.intervals,
+                                                 **({"ratio_interval": list(lat.ratio_interval)}
+                                                    if lat.ratio_interval else {})},
             "remeasured": self.remeasured, "notes": self.notes,
+            **({"interleaved": self.interleaved.to_dict()} if self.interleaved is not None else {}),
+            **({"attribution": self.attribution} if self.attribution else {}),
             **({"drift": self.drift.to_dict()} if self.drift is not None else {}),
             **({"blame": self.cand.blame.to_dict()} if self.cand is not None and self.cand.blame else {}),
         }
@@ -298,12 +309,14 @@ class Coverage:
     cell on a CPU machine). A cell only one side has is expected and not compared: a baseline
     that shares 1 of N cells with the candidate is 1 of N, never "1 of 1". Compared: the
     expected cells with any verdict but "not comparable". A gate that compared nothing, or less
-    than ``Settings.min_compared`` of the expected cells, cannot say "no regression"."""
+    than ``Settings.min_compared`` of the expected cells, cannot say "no regression". A cell whose latency "cannot tell" (timed while the machine was busy) was
+    compared for its statuses and parity; only a gate whose every compared cell is one cannot tell."""
 
     compared: int
     expected: int
     skipped_both: int                 # skipped on every side that has the cell
     why_not: dict[str, int]           # reason → cells of the expected ones not compared
+    latency_unknown: int = 0          # compared cells whose latency cannot be told
 
     @classmethod
     def of(cls, cells: list[CellComparison]) -> "Coverage":
@@ -315,7 +328,8 @@ class Coverage:
         for c in missing:
             reason = c.detail.split(":", 1)[0] if c.detail else "not comparable"
             why[reason] = why.get(reason, 0) + 1
-        return cls(len(expected) - len(missing), len(expected), len(cells) - len(expected), why)
+        unknown = sum(1 for c in expected if c.verdict is Verdict.CANNOT_TELL)
+        return cls(len(expected) - len(missing), len(expected), len(cells) - len(expected), why, unknown)
 
     @property
     def share(self) -> float:
@@ -328,6 +342,9 @@ class Coverage:
                 return ("no cell was comparable: neither side has a cell that ran "
                         f"({self.skipped_both} skipped on both)")
             return f"no cell was comparable: {self.reasons()}"
+        if self.latency_unknown and self.latency_unknown == self.compared:
+            return (f"no cell was compared in full: the latency of each of the {self.compared} compared "
+                    "cells cannot be told (timed while the machine was busy, or not timed again)")
         if self.share + 1e-12 < min_share:
             return (f"only {self.compared} of {self.expected} cells were compared "
                     f"({self.share:.0%}, --min-compared {min_share:.0%}): {self.reasons()}")
@@ -340,4 +357,6 @@ class Coverage:
 
     def summary(self) -> str:
         extra = f"; {self.skipped_both} skipped on both sides" if self.skipped_both else ""
+        if self.latency_unknown:
+            extra += f"; the latency of {self.latency_unknown} cannot be told"
         return f"{self.compared} of {self.expected} cells compared{extra}"

@@ -116,7 +116,7 @@ def run_env_gate(req) -> int:
     regression, 1 regression, ConfigError (2) when the gate cannot compare."""
     from harness.gate.compare import compare_sides
     from harness.gate.main import check_settings, conclude
-    from harness.gate.packages import remeasure_sides
+    from harness.gate.retime import SideSource, retime
     from harness.gate.sources import (
         check_environments,
         complete_side,
@@ -144,5 +144,5 @@ def run_env_gate(req) -> int:
     check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
-    remeasure_sides(cells, sides, matrices, req, out, current)
-    return conclude(cells, base, cand, req.settings, out, current)
+    retime(cells, [SideSource(which, sides[which], matrices[which]) for which in SIDES], req, out, current)
+    return conclude(cells, base, cand, req.settings, out, current, req.remeasure)

@@ -23,7 +23,8 @@ SECTIONS = [
     (Verdict.NEW_FAILURE, "New failures"), (Verdict.FAILS_EARLIER, "Failing at an earlier stage"),
     (Verdict.PARITY_DRIFT, "Parity drift"),
     (Verdict.INTERFACE_CHANGE, "Input/output changes (`--block-on io`)"),
-    (Verdict.SLOWER, "Slower"), (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
+    (Verdict.SLOWER, "Slower"), (Verdict.CANNOT_TELL, "Latency cannot be told (not blocking)"),
+    (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
     (Verdict.XPASS, "Known failures now passing: remove their `xfail` entries"),
     (Verdict.XFAIL, "Known failures (`xfail`, not blocking)"),
     (Verdict.NOT_COMPARABLE, "Not comparable"), (Verdict.STILL_FAILING, "Still failing"),
@@ -31,7 +32,7 @@ SECTIONS = [
 
 
 def _state(rec: Any, median: float | None = None) -> str:
-    """Status and median; ``median`` overrides the record's when the verdict rests on re-measured samples."""
+    """Status and median; ``median`` overrides the record's when the verdict rests on an interleaved timing."""
     if rec is None:
         return "—"
     median = median if median is not None else rec.latency_ms.median
@@ -61,26 +62,51 @@ def xml_text(value: Any) -> str:
                                        else f"\\u{ord(m.group()):04x}"), text)
 
 
+def ratio_text(c: CellComparison) -> str:
+    """The ratio column: the interleaved ratio with its interval, else the first look's."""
+    lat = c.latency
+    if lat is None:
+        return "n/a"
+    if lat.ratio_interval:
+        return f"{lat.ratio:.2f} ({lat.ratio_interval[0]:.2f}–{lat.ratio_interval[1]:.2f})"
+    return f"{lat.ratio:.2f}"
+
+
+def latency_rule(settings: Settings, remeasure: int) -> str:
+    """The footer's sentence on how latency is decided."""
+    if remeasure < 1:
+        return (f"Latency counts when the median ratio > {settings.latency_threshold:g} and Mann–Whitney p < "
+                f"{settings.alpha:g} (or the medians' intervals do not overlap) on the stored figures "
+                "(`--remeasure 0`: not timed again)")
+    return (f"Latency: cells whose stored medians differ by more than ×{settings.latency_threshold ** 0.5:.3g} "
+            f"(or were timed on a loaded machine) are exported again and timed interleaved, both files "
+            f"alternated in random order in short rounds in at least {remeasure} fresh process sets; slower "
+            f"only when the whole {settings.confidence:.0%} interval of the paired ratio lies above "
+            f"{settings.latency_threshold:g}")
+
+
 def render_markdown(base: Side, cand: Side, cells: list[CellComparison], settings: Settings,
-                    coverage: Coverage | None = None) -> str:
+                    coverage: Coverage | None = None, remeasure: int = 4) -> str:
     regressions = [c for c in cells if c.verdict.blocking]
     counts = {v: sum(1 for c in cells if c.verdict is v) for v in Verdict}
     coverage = coverage or Coverage.of(cells)
     problem = coverage.problem(settings.min_compared) or deploy_problem(cells)
     head = (f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}" if regressions
             else f"⚠️ cannot tell: {md_text(problem)}" if problem else "✅ no regression")
+    if not problem and coverage.latency_unknown:
+        head += f" (⚠️ the latency of {coverage.latency_unknown} cell(s) cannot be told)"
     moved = (f"{md_text(base.title)} → {md_text(cand.title)}" if base.subject
              else f"torch {md_text(base.torch)} → {md_text(cand.torch)}")
     lines = [f"## Upgrade gate: {moved}: {head}", *packages_markdown(base, cand), ""]
     lines.append(", ".join(f"{n} {v.value}" for v, n in counts.items() if n) + f" ({len(cells)} cells)")
     lines += ["", f"**{coverage.summary()}**" + (f" ({md_text(problem)})" if problem and regressions else "")]
-    loaded = [c for c in cells if c.latency is not None and c.latency.loaded]
+    loaded = [c for c in cells if c.latency is not None and c.latency.loaded and not c.remeasured]
     if loaded:
         sides = sorted({side for c in loaded for side in c.latency.loaded})
         lines += ["", f"**Latency not compared for {len(loaded)} cell(s)**: timed on a loaded machine on the "
                   f"{' and the '.join(sides)}; the gate calls nothing slower from such figures (re-run on a "
                   "quiet machine to compare them)."]
-    cleared = [(None, "Flagged slower, cleared by re-measurement")]
+    cleared = [(None, "Timed interleaved: no change shown (the stored figures had suggested one)")]
     for verdict, title in SECTIONS + cleared:
         chosen = [c for c in cells if c.verdict is verdict or
                   (verdict is None and c.remeasured and c.verdict is Verdict.UNCHANGED)]
@@ -89,8 +115,8 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
         lines += ["", f"### {title}", "", "| change | cell | before | after | ratio | detail |",
                   "|---|---|---|---|---|---|"]
         for c in chosen:
-            ratio = f"{c.latency.ratio:.2f}" if c.latency else "n/a"
-            detail = c.detail + (" (re-measured)" if c.remeasured else "")
+            ratio = ratio_text(c)
+            detail = c.detail
             if c.notes:
                 detail += "; " + "; ".join(c.notes)
             blame = blame_text(c)
@@ -99,13 +125,11 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             before = _state(c.base, c.latency.base_median if c.latency else None)
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "
-                         f"{_cell(after)} | {ratio} | {_cell(detail, 400 if blame else 140)} |")
+                         f"{_cell(after)} | {ratio} | {_cell(detail, 400 if blame or c.remeasured else 140)} |")
     lines += drift_lines(cells)
     lines += ["", f"Baseline {md_code(base.label)} (runs {md_text(', '.join(base.runs)) or 'none'}), "
               f"candidate {md_code(cand.label)} (runs {md_text(', '.join(cand.runs)) or 'none'}). "
-              "Latency counts when the median "
-              f"ratio > {settings.latency_threshold:g} and Mann–Whitney p < {settings.alpha:g}, confirmed "
-              f"by a re-measurement in fresh processes; parity drift when max_abs grows by more than "
+              f"{latency_rule(settings, remeasure)}; parity drift when max_abs grows by more than "
               f"{settings.parity_factor:g}×atol."]
     unrecorded = sorted({run for s in (base, cand) for run, fp in s.fingerprints.items() if not fp})
     if unrecorded:
@@ -140,7 +164,7 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
                                             else f"upgrade-gate torch {base.torch} -> {cand.torch}"),
                        tests=str(len(cells)),
                        failures=str(sum(c.verdict.blocking for c in cells)),
-                       skipped=str(sum(c.verdict is Verdict.NOT_COMPARABLE for c in cells)))
+                       skipped=str(sum(c.verdict in (Verdict.NOT_COMPARABLE, Verdict.CANNOT_TELL) for c in cells)))
     for c in cells:
         case, exporter, opset, runtime, label = c.key.as_tuple()
         name = f"{exporter}-op{opset}-{runtime}" + (f"-{label}" if label else "")
@@ -150,7 +174,7 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
             failure = ET.SubElement(tc, "failure", message=message, type=c.verdict.value)
             failure.text = "\n".join(filter(None, [message, xml_text(blame_text(c)),
                                                     xml_text(c.cand.repro) if c.cand else None]))
-        elif c.verdict is Verdict.NOT_COMPARABLE:
+        elif c.verdict in (Verdict.NOT_COMPARABLE, Verdict.CANNOT_TELL):
             ET.SubElement(tc, "skipped", message=message)
         elif c.verdict is not Verdict.UNCHANGED:
             ET.SubElement(tc, "system-out").text = message
@@ -161,7 +185,8 @@ def render_junit(base: Side, cand: Side, cells: list[CellComparison]) -> str:
 
 
 def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: Settings,
-                exit_code: int, current: dict[str, Any], coverage: Coverage | None = None) -> str:
+                exit_code: int, current: dict[str, Any], coverage: Coverage | None = None,
+                remeasure: int = 4) -> str:
     def side(s: Side) -> dict[str, Any]:
         return {"ref": s.label, "torch": s.torch, "runs": s.runs, "executed": s.executed,
                 "fingerprints": s.fingerprints, **({"subject": s.subject} if s.subject else {}),
@@ -172,7 +197,8 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
     data = {
         "schema": 1, "baseline": side(base), "candidate": side(cand),
         "settings": {"latency_threshold": settings.latency_threshold, "alpha": settings.alpha,
-                     "parity_factor": settings.parity_factor, "block_on": list(settings.block_on)},
+                     "parity_factor": settings.parity_factor, "block_on": list(settings.block_on),
+                     "confidence": settings.confidence, "remeasure": remeasure},
         "fingerprint": current, "exit_code": exit_code,
         "coverage": _coverage_dict(coverage or Coverage.of(cells), settings),
         "counts": {v.value: sum(1 for c in cells if c.verdict is v) for v in Verdict},
@@ -187,18 +213,19 @@ def render_json(base: Side, cand: Side, cells: list[CellComparison], settings: S
 def _coverage_dict(coverage: Coverage, settings: Settings) -> dict[str, Any]:
     return {"compared": coverage.compared, "expected": coverage.expected,
             "skipped_both": coverage.skipped_both, "not_compared": coverage.why_not,
+            "latency_unknown": coverage.latency_unknown,
             "min_compared": settings.min_compared, "problem": coverage.problem(settings.min_compared)}
 
 
 def write_outputs(out: Path, base: Side, cand: Side, cells: list[CellComparison],
                   settings: Settings, exit_code: int, current: dict[str, Any],
-                  coverage: Coverage | None = None) -> str:
+                  coverage: Coverage | None = None, remeasure: int = 4) -> str:
     out.mkdir(parents=True, exist_ok=True)
     coverage = coverage or Coverage.of(cells)
-    md = render_markdown(base, cand, cells, settings, coverage)
+    md = render_markdown(base, cand, cells, settings, coverage, remeasure)
     (out / "gate.md").write_text(md, encoding="utf-8", errors=ENCODE_ERRORS)
     (out / "junit.xml").write_text(render_junit(base, cand, cells), encoding="utf-8", errors=ENCODE_ERRORS)
-    (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current, coverage),
+    (out / "gate.json").write_text(render_json(base, cand, cells, settings, exit_code, current, coverage, remeasure),
                                    encoding="utf-8", errors=ENCODE_ERRORS)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -2,9 +2,9 @@
 
 Torch is held fixed (the matrix's one torch release); each side is the matrix with that package
 pinned to its version. Cells are compared exactly as in a torch gate (marks, exit codes, the
-re-measurement of cells flagged slower); stored cells stand for a side only when they ran in that
-side's environment (its name hashes every package it installs), so a baseline cell is never
-taken for the candidate.
+interleaved timing of cells whose latency may have moved); stored cells stand for a side only
+when they ran in that side's environment (its name hashes every package it installs), so a
+baseline cell is never taken for the candidate.
 
 Which packages: the companions a torch entry pins (``numpy``, ``onnx``, ``onnxscript``,
 ``protobuf``) and any requirement the matrix installs through ``extras`` (``transformers``,
@@ -93,6 +93,7 @@ def run_package_gate(req, bump: PackageBump) -> int:
 
     from harness.gate.compare import compare_sides
     from harness.gate.main import check_settings, conclude
+    from harness.gate.retime import SideSource, retime
     from harness.gate.sources import check_environments, complete_side, plan_version_side
     from harness.matrix.config import load_matrix
     from harness.run.annotate import Annotator
@@ -115,30 +116,8 @@ def run_package_gate(req, bump: PackageBump) -> int:
     check_environments(sides)
     base, cand = sides["baseline"], sides["candidate"]
     cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
-    remeasure_sides(cells, sides, matrices, req, out, current)
-    return conclude(cells, base, cand, req.settings, out, current)
-
-
-def remeasure_sides(cells: list, sides: dict, matrices: dict[str, Matrix], req, out: Path, current: dict) -> None:
-    """Re-measure the cells flagged slower, each side in its own matrix (a package pinned, an
-    existing environment), baseline and candidate interleaved; then re-decide them."""
-    from harness.console import console
-    from harness.gate.compare import Verdict
-    from harness.gate.main import redecide, remeasure_side
-
-    slower = {c.key for c in cells if c.verdict is Verdict.SLOWER}
-    if not slower or req.remeasure < 1:
-        return
-    console.print(f"re-measuring {len(slower)} cell(s) flagged slower: {req.remeasure} process(es) per side")
-    fresh: dict[str, dict] = {"baseline": {}, "candidate": {}}
-    for i in range(1, req.remeasure + 1):
-        for which in ("baseline", "candidate"):
-            for key, rec in remeasure_side(sides[which], slower, matrices[which], req,
-                                           out / "remeasure" / f"{which}-{i}", current).items():
-                fresh[which].setdefault(key, []).append(rec)
-    for cell in cells:
-        if cell.verdict is Verdict.SLOWER:
-            redecide(cell, fresh["baseline"].get(cell.key, []), fresh["candidate"].get(cell.key, []), req)
+    retime(cells, [SideSource(which, sides[which], matrices[which]) for which in versions], req, out, current)
+    return conclude(cells, base, cand, req.settings, out, current, req.remeasure)
 
 
 def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:

@@ -16,8 +16,7 @@ from typing import Any
 
 from harness.core.env import ExistingEnv
 from harness.core.passes import matrix_releases
-from harness.core.record import Record, SchemaError
-from harness.core.status import Status
+from harness.core.record import Record
 from harness.matrix.config import Matrix, TorchSpec
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
@@ -147,12 +146,13 @@ def say_refusals(label: str, found: Reused, planned: int) -> None:
 
 
 def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None, reports: Path,
-              provider: str, current: dict[str, Any]) -> Path:
-    """Run a (pruned) plan through the normal executor, then record the code that produced it."""
+              provider: str, current: dict[str, Any], keep_spool: bool = False) -> Path:
+    """Run a (pruned) plan through the normal executor, then record the code that produced it;
+    ``keep_spool``: keep the exported files (``RunRequest.keep_spool``)."""
     from harness.run.context import RunRequest
     from harness.workflow import run_plan
 
-    run_dir = run_plan(RunRequest(matrix, config_path, plan, reports, output, provider))
+    run_dir = run_plan(RunRequest(matrix, config_path, plan, reports, output, provider, keep_spool=keep_spool))
     write_json_atomic(Path(run_dir) / FINGERPRINT_FILE, current)
     return Path(run_dir)
 

@@ -1,18 +1,25 @@
-"""Significance of a latency change: a ratio rule plus evidence that the medians differ.
+"""Significance of a latency change.
 
-A change counts only when the median ratio passes a threshold AND the two sides differ
-significantly, as asv compare does; either alone flaps (a 30 % swing on a noisy host is not
-significant, a significant 1 % change is not worth blocking a torch bump). The evidence is the
-recorded confidence intervals of the two medians when both records have one (they must not
-overlap), otherwise Mann–Whitney U (``scipy.stats.mannwhitneyu``) on the records' samples.
-A side timed on a loaded machine (``Latency.loaded``) decides nothing (``discount_load``).
+The first look, on two stored records: the median ratio passes a threshold AND the two sides
+differ significantly, as asv compare does (either alone flaps). The evidence is the recorded
+confidence intervals of the two medians when both records have one (they must not overlap),
+otherwise Mann–Whitney U (``scipy.stats.mannwhitneyu``) on the records' samples. A side timed on a
+loaded machine (``Latency.loaded``) decides nothing (``discount_load``). The first look chooses
+the cells to time again; it decides only with ``--remeasure 0``.
+
+The verdict, on an interleaved A/B timing (``harness.run.ab``, ``analyse``): per process set, the
+median over its clean rounds of the paired log ratio; across sets, a t-interval of their mean
+(``scipy.stats.t``), so that rounds of one process count once and per-process modes widen the
+interval instead of deciding it. Slower only when the whole interval lies above the threshold.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from harness.run.ab import ABRun, Modes, ProcessTiming, modes
 
 
 # asv's default p-value threshold: with hundreds of gated cells, 0.05 would flag several by chance.
@@ -49,9 +56,10 @@ class LatencyChange:
     p_value: float | None     # Mann–Whitney U on the samples; None when not tested
     slower: bool              # ratio above threshold and significant
     faster: bool              # ratio below 1/threshold and significant
-    method: str = "mann-whitney"                  # or "interval": the recorded intervals decided
+    method: str = "mann-whitney"    # "interval": the recorded intervals decided; "interleaved": A/B timing
     intervals: tuple[Interval, Interval] | None = None   # (baseline, candidate) when recorded
     loaded: tuple[str, ...] = ()    # sides timed on a loaded machine: no slower/faster from them
+    ratio_interval: Interval | None = None   # interleaved: the confidence interval of the ratio
 
     @property
     def significant(self) -> bool:
@@ -99,3 +107,126 @@ def compare_intervals(base_median: float, base_ci: Interval, cand_median: float,
                          slower=ratio > threshold and cand_ci[0] > base_ci[1],
                          faster=ratio * threshold < 1 and cand_ci[1] < base_ci[0],
                          method="interval", intervals=(tuple(base_ci), tuple(cand_ci)))
+
+
+# -- interleaved A/B timing (harness.run.ab) ------------------------------------------------------
+# A set of processes (one per stack) is evidence when it kept this many rounds in which every
+# process had its core; a comparison needs this many such sets, else it cannot tell (loaded).
+MIN_CLEAN_ROUNDS = 3
+MIN_SETS = 2
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A ratio and its confidence interval: a t-interval on per-process log ratios (each the
+    median over that process's rounds), so rounds of one process count as one observation."""
+
+    ratio: float
+    low: float
+    high: float
+    n: int              # process sets
+    confidence: float
+
+    def text(self) -> str:
+        return f"×{self.ratio:.2f} ({self.confidence:.0%} interval {self.low:.2f}–{self.high:.2f})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ratio": round(self.ratio, 4), "low": round(self.low, 4), "high": round(self.high, 4),
+                "processes": self.n, "confidence": self.confidence}
+
+
+def ratio_interval(logs: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval | None:
+    """The t-interval (``scipy.stats.t``) of the mean of per-process log ratios, as a ratio."""
+    if len(logs) < 2:
+        return None
+    from scipy.stats import t
+
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = float(t.ppf((1 + confidence) / 2, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs), confidence)
+
+
+def _log(a: float, b: float) -> float:
+    return math.log(a / b) if a > 0 and b > 0 else 0.0
+
+
+def set_logs(procs: list[ProcessTiming]) -> dict[str, float] | None:
+    """One set's median log ratios over its clean rounds: ``main`` (candidate file in the
+    candidate's stack / baseline file in the baseline's), ``file`` (candidate / baseline file in
+    the same stack) and, with two stacks, ``stack`` (candidate / baseline stack, same file).
+    File 0 is the baseline's, file 1 the candidate's; stack 0 the baseline's. None: loaded."""
+    kept = [r for r in range(min(len(p.t) for p in procs)) if all(p.clean(r) for p in procs)]
+    if len(kept) < MIN_CLEAN_ROUNDS:
+        return None
+    a, b = procs[0].t, procs[-1].t
+    out = {"main": statistics.median(_log(b[r][1], a[r][0]) for r in kept),
+           "file": statistics.median((_log(a[r][1], a[r][0]) + _log(b[r][1], b[r][0])) / 2 for r in kept)}
+    if len(procs) > 1:
+        out["stack"] = statistics.median((_log(b[r][0], a[r][0]) + _log(b[r][1], a[r][1])) / 2 for r in kept)
+    return out
+
+
+@dataclass
+class Interleaved:
+    """What an interleaved A/B timing says of one cell (``analyse``)."""
+
+    main: RatioInterval | None                 # None: too few clean process sets (loaded)
+    file: RatioInterval | None = None
+    stack: RatioInterval | None = None         # None with one stack
+    base_ms: float | None = None               # median of process medians, each side's file in its stack
+    cand_ms: float | None = None
+    modes: dict[str, Modes] = field(default_factory=dict)    # side → its two modes across processes
+    stacks: tuple[str, ...] = ()
+    sets: int = 0
+    usable: int = 0
+    rounds: int = 0
+    clean: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    other_cpu: float | None = None             # the median share of the machine others used (information)
+
+    @property
+    def loaded(self) -> bool:
+        return self.error is None and self.main is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ratio": None if self.main is None else self.main.to_dict(),
+                "file": None if self.file is None else self.file.to_dict(),
+                "stack": None if self.stack is None else self.stack.to_dict(),
+                "base_ms": self.base_ms, "cand_ms": self.cand_ms, "stacks": list(self.stacks),
+                "bimodal": {side: m.to_dict() for side, m in self.modes.items()},
+                "process_sets": self.sets, "usable_sets": self.usable, "rounds": self.rounds,
+                "clean_rounds": self.clean, "loaded": self.loaded, "other_cpu": self.other_cpu,
+                "seconds": self.seconds, "error": self.error}
+
+
+def analyse(run: ABRun, confidence: float = DEFAULT_CONFIDENCE) -> Interleaved:
+    """The paired ratios of an ``ABRun`` of two files (baseline's first) in one or two stacks."""
+    sets = run.sets()
+    logs = [x for x in (set_logs(s) for s in sets) if x is not None]
+    out = Interleaved(None, stacks=tuple(run.stacks), sets=len(sets), usable=len(logs), rounds=run.rounds,
+                      clean=run.clean, seconds=run.seconds, error=run.error)
+    others = [p.load["other_cpu"] for p in run.processes if isinstance(p.load.get("other_cpu"), (int, float))]
+    out.other_cpu = round(statistics.median(others), 3) if others else None
+    if len(logs) >= MIN_SETS:
+        out.main = ratio_interval([x["main"] for x in logs], confidence)
+        out.file = ratio_interval([x["file"] for x in logs], confidence)
+        if "stack" in logs[0]:
+            out.stack = ratio_interval([x["stack"] for x in logs], confidence)
+    for side, stack, f in (("baseline", 0, 0), ("candidate", len(run.stacks) - 1, 1)):
+        meds = [m[f] for p in run.processes if p.stack == stack and (m := p.medians()) is not None]
+        if meds:
+            setattr(out, "base_ms" if f == 0 else "cand_ms", statistics.median(meds))
+        if (two := modes(meds)) is not None:
+            out.modes[side] = two
+    return out
+
+
+def decisive(iv: Interleaved, threshold: float) -> bool:
+    """Whether more processes could not change the verdict: the interval wholly above the
+    threshold, wholly below its inverse, or wholly between the two."""
+    m = iv.main
+    if m is None:
+        return False
+    return m.low > threshold or m.high < 1 / threshold or (m.high < threshold and m.low > 1 / threshold)

@@ -34,6 +34,7 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "stage": r.stage, "error": r.error, "signature": r.signature, "hint": r.hint,
             "opset_actual": r.opset_actual, "latency": r.latency_ms.median,
             "floor": r.latency_ms.floor_ms, "loaded": bool(r.latency_ms.loaded),
+            "bimodal": bool(r.latency_ms.bimodal),
             "max_abs": r.parity.max_abs, "reason": r.reason, "cell_id": r.cell_id,
             "bundle": r.bundle, "repro": r.repro,
             "party": r.blame.party if r.blame else None,
@@ -42,7 +43,8 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "releases": floor_badge(r),   # runtime floor / failing deployed release (report.floors)
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
-               "signature", "hint", "opset_actual", "latency", "floor", "loaded", "max_abs", "reason", "cell_id",
+               "signature", "hint", "opset_actual", "latency", "floor", "loaded", "bimodal", "max_abs", "reason",
+               "cell_id",
                "bundle", "repro", "party", "repository", "blame_reason", "releases"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -69,16 +71,20 @@ def blame_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 LOADED_MARK = "†"
+BIMODAL_MARK = "‡"
 
 
-def latency_text(latency: float, floor: Any, loaded: Any = False) -> str:
+def latency_text(latency: float, floor: Any, loaded: Any = False, bimodal: Any = False) -> str:
     """'0.012 ms', or '0.012 ms (floor 0.009)' below FLOOR_SHOWN_BELOW_MS where a floor was
-    recorded; marked † when it was measured on a loaded machine."""
+    recorded; marked † when it was measured on a loaded machine, ‡ when fresh processes timed it
+    in two modes (the figure is the median of their medians; the details give both modes)."""
     text = f"{latency:.3g} ms"
     if floor is not None and pd.notna(floor) and latency < FLOOR_SHOWN_BELOW_MS:
         text += f" (floor {floor:.2g})"
     if loaded is True:
         text += f" {LOADED_MARK}"
+    if bimodal is True:
+        text += f" {BIMODAL_MARK}"
     return text
 
 
@@ -101,11 +107,15 @@ def load_note(records: list[Record], meta: RunMeta | None = None) -> str:
 
 
 def floor_note(df: pd.DataFrame) -> str:
-    """The legend's explanation of the floor, only for runs that recorded one."""
-    if "floor" not in df or not df["floor"].notna().any():
-        return ""
-    return (f" · (floor …): the runtime binding's own per-call median on an identity model, shown "
-            f"below {FLOOR_SHOWN_BELOW_MS:g} ms")
+    """The legend's explanation of the floor and of ‡, each only for runs that have one."""
+    out = ""
+    if "floor" in df and df["floor"].notna().any():
+        out += (f" · (floor …): the runtime binding's own per-call median on an identity model, shown "
+                f"below {FLOOR_SHOWN_BELOW_MS:g} ms")
+    if "bimodal" in df and df["bimodal"].any():
+        out += (f" · {BIMODAL_MARK}: fresh processes timed it in two modes (the median of their medians; "
+                "both modes in the cell's details)")
+    return out
 
 
 def torch_sort_key(v: str) -> Version:

@@ -160,7 +160,7 @@ def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None
 def html_cell_text(row: pd.Series) -> str:
     releases = f" · {row['releases']}" if row.get("releases") else ""   # report.floors
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        return latency_text(row["latency"], row.get("floor"), row.get("loaded")) + releases
+        return latency_text(row["latency"], row.get("floor"), row.get("loaded"), row.get("bimodal")) + releases
     stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != Status.PASS else ""
     return row["status"] + (f" · {stage}" if stage else "") + releases
 

@@ -43,7 +43,7 @@ def cell_text(row: pd.Series) -> str:
     if row["status"] in FAILED and row["stage"]:
         text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        text += " " + latency_text(row["latency"], row.get("floor"), row.get("loaded"))
+        text += " " + latency_text(row["latency"], row.get("floor"), row.get("loaded"), row.get("bimodal"))
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"

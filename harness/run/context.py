@@ -35,7 +35,9 @@ class RunRequest:
     (None: the matrix's ``jobs``, else one per core); ``fresh``: None takes unchanged cells from
     the store (the cell cache), ``"latency"`` too but runs cached passing cells again, ``"all"``
     (the default: the gate's re-measurements are never served from the store) runs every cell;
-    ``meta_extra``: entries of run.json known before the run starts (``shard``)."""
+    ``meta_extra``: entries of run.json known before the run starts (``shard``); ``keep_spool``:
+    keep each passing group's exported file and feeds in ``<run>/spool/<gid>/`` after the run (the
+    gate times them interleaved, ``harness.gate.retime``)."""
 
     matrix: Matrix
     config_path: Path
@@ -49,6 +51,7 @@ class RunRequest:
     fresh: str | None = FRESH_ALL
     verbose: bool = False
     meta_extra: Mapping[str, Any] = field(default_factory=dict)
+    keep_spool: bool = False
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def run_context(request: RunRequest, run: HeldRun, jobs: int) -> RunContext:
     job = Job(run_id=run.meta.run_id, run_dir=str(run.run_dir), env="", groups=(),
               base_dir=str(request.config_path.resolve().parent), threads=matrix.threads,
               latency=matrix.latency, phase=PHASE_VERDICTS, determinism=matrix.determinism,
-              keep_spool=bool(RuntimeAxes.from_matrix(matrix)))
+              keep_spool=bool(RuntimeAxes.from_matrix(matrix)) or request.keep_spool)
     limits = Limits(matrix.cell_timeout_s, cell_memory_limit(matrix, jobs), matrix.log_max_mb)
     return RunContext(job=job, provider=provider, limits=limits, meta=run.meta, request=request, jobs=jobs)
 
@@ -114,7 +114,8 @@ def _execute(request: RunRequest, run: HeldRun, jobs: int) -> None:
                             install=matrix.install)
     if releases is not None:
         meta.extra["runtime_releases"] = dataclasses.asdict(releases)
-    shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
+    if not request.keep_spool:
+        shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
     if matrix.reduce:
         # Before the run is finalized: a reduction that could not be made is in its run.json.
         from harness.run.reduce import reduce_run

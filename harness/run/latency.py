@@ -180,9 +180,14 @@ def summarize(samples: Sequence[float], threads: int | None = None, unstable_spr
     interval = median_interval(ordered, confidence)
     median = statistics.median(ordered)
     spread = robust_spread(ordered)
-    wide = interval is None or (rel_ci is not None and median > 0
-                                and max(median - interval[0], interval[1] - median) > rel_ci * median)
-    return Latency(median=median, p90=q[8], min=ordered[0], mean=mean,
+    half = None if interval is None or median <= 0 else max(median - interval[0], interval[1] - median) / median
+    wide = interval is None or (rel_ci is not None and half is not None and half > rel_ci)
+    why = [f"robust spread {spread:.1%} > {unstable_spread:.0%}"] if spread > unstable_spread else []
+    if interval is None:
+        why.append(f"too few calls ({len(ordered)}) for an interval of the median")
+    elif wide:
+        why.append(f"median interval ±{half:.1%} wider than ±{rel_ci:.0%}")
+    return Latency(median=median, p90=q[8], min=ordered[0], mean=mean, unstable_why="; ".join(why) or None,
                    iqr=quart[2] - quart[0], cv=cv, spread=spread, unstable=spread > unstable_spread or wide,
                    iterations=len(ordered), threads=threads,
                    ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None,

@@ -19,6 +19,14 @@ exceeded ``STEAL_LOADED`` (by more than the counters' clock-tick rounding can ad
 window). Where ``/proc`` is missing (not Linux) only the load average is
 known, and the window is loaded when it exceeds the CPUs by half (beyond this process's own).
 
+Interleaved A/B timing (``harness.run.ab_timer``) also asks, per round of a few milliseconds,
+whether the timing process had its core (``cpu_clock``: its CPU time against wall time): a round
+in which it ran for less than ``CONTENDED`` of the time was competing for a CPU with other work,
+and is left out. What a round keeps is a ratio of two block medians (each the median call of a
+block of calls), which a few preempted calls do not move, so a round is dropped only once the
+timing process lost most of it; and another process on *another* core does not make a round
+contended at all: both files of a round feel it alike.
+
 Worker side: standard library only.
 """
 from __future__ import annotations
@@ -28,9 +36,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 OTHER_CPU_LOADED = 0.25
+CONTENDED = 0.5
 STEAL_LOADED = 0.05
 _PROC = Path("/proc")
 
@@ -89,6 +98,21 @@ def own_cpu_s() -> float:
                 own += cpu
                 todo.append(child)
     return own
+
+
+def has_children() -> bool:
+    """Whether this process has child processes (a runtime host it talks to)."""
+    me = os.getpid()
+    with contextlib.suppress(OSError):
+        return any(entry.name.isdigit() and (_proc_cpu(int(entry.name)) or (0, 0.0))[0] == me
+                   for entry in _PROC.iterdir())
+    return False
+
+
+def cpu_clock() -> Callable[[], float]:
+    """A clock of this process's CPU seconds: ``time.process_time`` (every thread, cheap), or,
+    where the process has children, ``own_cpu_s`` (theirs too: a scan of /proc per reading)."""
+    return own_cpu_s if has_children() else time.process_time
 
 
 def _loadavg() -> float | None:

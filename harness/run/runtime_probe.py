@@ -53,26 +53,63 @@ def runtime_error(exc: BaseException, model: Path) -> str:
     return " ".join(_CPP_FRAME.sub("", text).split())[:600]
 
 
+@dataclass
+class SpooledFile:
+    """A spool folder read back: the exported file, its example-shape feeds (input name → array)
+    and every input shape its cells ran (TensorRT builds its profile from them)."""
+
+    onnx: Path
+    feeds: dict[str, Any]
+    shapes: list[dict[str, tuple[int, ...]]]
+    meta: dict[str, Any]
+
+
+def read_spooled(spool: Path) -> SpooledFile:
+    """The file and feeds of a spool folder (as ``harness.run.stages.spool_group`` writes it)."""
+    import numpy as np
+
+    meta = json.loads((spool / SPOOL_META).read_text())
+    with np.load(spool / SPOOL_FEEDS) as data:
+        feeds = {n: data[f"arr_{i}"] for i, n in enumerate(meta["inputs"])}
+    shapes = [{n: tuple(d) for n, d in s.items()} for s in meta.get("shapes") or []]
+    return SpooledFile(spool / meta["onnx"], feeds, shapes or [{n: tuple(v.shape) for n, v in feeds.items()}], meta)
+
+
+def write_spool(folder: Path, onnx_name: str, feeds: dict[str, Any], shapes: list[dict[str, Any]] | None = None,
+                **meta: Any) -> Path:
+    """Write the feeds and ``spool.json`` beside an exported file already in ``folder``."""
+    import numpy as np
+
+    names = list(feeds)
+    np.savez(folder / SPOOL_FEEDS, *[feeds[n] for n in names])
+    shapes = shapes or [{n: list(np.shape(v)) for n, v in feeds.items()}]
+    (folder / SPOOL_META).write_text(json.dumps({"onnx": onnx_name, "inputs": names, "shapes": shapes, **meta}))
+    return folder
+
+
+def match_feeds(feeds: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The feeds by the graph's input names (by position when the names differ)."""
+    return {n: feeds[n] for n in names} if all(n in feeds for n in names) else dict(zip(names, feeds.values()))
+
+
 def probe(spool: Path, runtime: str, threads: int = 1) -> ProbeResult:
     import numpy as np
 
     from harness.run.parity import compare_outputs
     from harness.runtimes import load_adapter
 
-    meta = json.loads((spool / SPOOL_META).read_text())
-    with np.load(spool / SPOOL_FEEDS) as data:
-        feeds = {n: data[f"arr_{i}"] for i, n in enumerate(meta["inputs"])}
+    spooled = read_spooled(spool)
+    meta, feeds = spooled.meta, spooled.feeds
     with np.load(spool / SPOOL_EXPECTED) as data:
         expected = [data[f"arr_{i}"] for i in range(meta["outputs"])]
     adapter_cls = load_adapter(runtime)
     result = ProbeResult(FAIL, version=adapter_cls.version())
     stage = "load"
     try:
-        adapter = adapter_cls(spool / meta["onnx"], threads=threads)
+        adapter = adapter_cls(spooled.onnx, threads=threads)
         adapter.prepare([{n: tuple(v.shape) for n, v in feeds.items()}])
         adapter.activate()
-        names = adapter.input_names()
-        use = {n: feeds[n] for n in names} if all(n in feeds for n in names) else dict(zip(names, feeds.values()))
+        use = match_feeds(feeds, adapter.input_names())
         stage = "run"
         outputs = [np.asarray(o) for o in adapter.infer(use)]
         stage = "parity"

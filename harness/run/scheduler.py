@@ -1,6 +1,7 @@
 """The scheduler: a plan's cells, verdicts in parallel slots, then latency alone."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -10,10 +11,12 @@ from rich.markup import escape
 
 from harness.console import console
 from harness.core.events import CellStart, WorkerEvent
-from harness.core.job import PHASE_LATENCY
+from harness.core.job import PHASE_LATENCY, LatencyProtocol
+from harness.core.record import Record
 from harness.core.status import Status
 from harness.envs.provider import EnvironmentBuildError, cannot_create
 from harness.matrix.plan import Cell, EnvPlan, Plan
+from harness.run.confirm import confirm
 from harness.run.context import FRESH_LATENCY, RunContext
 from harness.run.processes import end_child_processes
 from harness.run.recorder import Recorder
@@ -43,7 +46,9 @@ class Scheduler:
     on the machine's behalf, so no timing is ever taken beside an export. (An exclusive lock
     around the latency stage would pause every other worker for each of hundreds of sub-second
     timings and leave their state in memory; the phase costs one model load per passing cell and
-    one worker start per environment.)
+    one worker start per environment.) A second latency worker per environment times each cell
+    again with a short protocol, and cells whose two figures disagree are timed in a few more
+    before their records are written (``harness.run.confirm``).
 
     Containment is the supervisor's, per worker, in both phases; an interrupt stops every slot
     (``Stopped``: its worker killed, nothing recorded for it) and ends the run resumable."""
@@ -224,24 +229,43 @@ class Scheduler:
 
     # -- the latency phase ---------------------------------------------------------------------
     def _latency_phase(self, build: list[tuple[EnvPlan, list[Cell]]]) -> None:
-        """Time every held passing cell, one environment after the other, nothing else running."""
+        """Time every held passing cell, one environment after the other, nothing else running;
+        each figure checked in a second fresh worker before it is stored (``harness.run.confirm``)."""
+        checks = {"checked": 0, "disagreed": 0, "unchecked": 0}
         for env_plan, cells in build:
-            held = [c for c in cells if c.cell_id in self.recorder.held]
+            held = {c.cell_id: c for c in cells if c.cell_id in self.recorder.held}
             if not held:
                 continue
             env = env_plan.env
             self.recorder.progress.describe(f"{env.name}: latency")
-            work = EnvWork(env_plan)
-            self.latency_works.append(work)
-            sup = WorkerSupervisor(self.ctx, env_plan, self.recorder.timing, on_event=self._on_event,
-                                   work=work, phase=PHASE_LATENCY)
-            try:
-                restarts = sup.run(held)
-            except EnvironmentBuildError as exc:
-                restarts = 1
-                for cell in held:
-                    self.recorder.timing(planned_record(self.meta.run_id, cell, env.name, Status.CRASH,
-                                                        error=f"{type(exc).__name__}: {exc}"[:500]))
+            timings, restarts = self._time(env_plan, list(held.values()), self.ctx)
+
+            def again(ids: list[str], protocol: LatencyProtocol) -> dict[str, Record]:
+                self.recorder.progress.describe(f"{env.name}: latency check")
+                ctx = dataclasses.replace(self.ctx, job=self.ctx.job.replace(latency=protocol, bundles=False))
+                return self._time(env_plan, [held[i] for i in ids], ctx)[0]
+
+            for key, n in confirm(timings, self.job.latency, again).items():
+                checks[key] += n
+            for rec in timings.values():
+                self.recorder.timing(rec)
             with self.ctx.meta_lock:
                 if env.name in self.meta.environments:
                     self.meta.environments[env.name]["latency_worker_restarts"] = restarts
+        self.meta.extra["latency_checks"] = checks
+
+    def _time(self, env_plan: EnvPlan, cells: list[Cell], ctx: RunContext) -> tuple[dict[str, Record], int]:
+        """One latency worker over ``cells``: their timing records by cell id, and its restarts."""
+        out: dict[str, Record] = {}
+        work = EnvWork(env_plan)
+        self.latency_works.append(work)
+        sup = WorkerSupervisor(ctx, env_plan, lambda rec: out.__setitem__(rec.cell_id, rec),
+                               on_event=self._on_event, work=work, phase=PHASE_LATENCY)
+        try:
+            restarts = sup.run(cells)
+        except EnvironmentBuildError as exc:
+            restarts = 1
+            for cell in cells:
+                out[cell.cell_id] = planned_record(self.meta.run_id, cell, env_plan.env.name, Status.CRASH,
+                                                   error=f"{type(exc).__name__}: {exc}"[:500])
+        return out, restarts

@@ -13,7 +13,6 @@ Exceptions become statuses in one place (``stage``); a cell's record is made by
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
 import re
 import time
@@ -28,6 +27,7 @@ from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
 from harness.run.dims import note_specialised
 from harness.run.inputs import dims_by_name
+from harness.run.runtime_probe import SPOOL_EXPECTED, SPOOL_FEEDS, SPOOL_META, read_spooled, write_spool  # noqa: F401
 
 
 class SecondShapeError(RuntimeError):
@@ -399,9 +399,7 @@ def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str]
 
 
 # -- between the phases: the spool ----------------------------------------------------------------
-SPOOL_META = "spool.json"
-SPOOL_FEEDS = "feeds.npz"
-SPOOL_EXPECTED = "expected.npz"
+# The spool's format, reader and writer: harness.run.runtime_probe (it runs without torch).
 
 
 def spool_group(ctx: GroupContext, torch_version: str) -> None:
@@ -411,16 +409,14 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
     import numpy as np
 
     folder = ctx.onnx_path.parent
-    names = list(ctx.feeds[0])
-    np.savez(folder / SPOOL_FEEDS, *[ctx.feeds[0][n] for n in names])
-    meta = {"torch": torch_version, "onnx": ctx.onnx_path.name, "inputs": names,
-            "shapes": [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds]}
+    meta: dict[str, Any] = {"torch": torch_version}
     if ctx.job.keep_spool and ctx.references and ctx.spec is not None:
         # Eager's outputs and the case's tolerances: what a runtime-only environment checks the
         # same file against on another runtime release (harness.run.runtime_probe).
         np.savez(folder / SPOOL_EXPECTED, *[_to_numpy(a) for a in ctx.references[0]])
         meta.update(outputs=len(ctx.references[0]), atol=ctx.spec.atol, rtol=ctx.spec.rtol)
-    (folder / SPOOL_META).write_text(json.dumps(meta))
+    write_spool(folder, ctx.onnx_path.name, ctx.feeds[0],
+                [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], **meta)
 
 
 @dataclass
@@ -435,15 +431,10 @@ class Spooled:
 
 
 def read_spool(job: Job, group: ExportGroup) -> Spooled:
-    import numpy as np
-
     folder = job.spool / group.gid
     try:
-        meta = json.loads((folder / SPOOL_META).read_text())
-        with np.load(folder / SPOOL_FEEDS) as data:
-            arrays = [data[f"arr_{i}"] for i in range(len(meta["inputs"]))]
-        return Spooled(folder / meta["onnx"], str(meta["torch"]), dict(zip(meta["inputs"], arrays)),
-                       [{n: tuple(d) for n, d in s.items()} for s in meta["shapes"]])
+        spooled = read_spooled(folder)
+        return Spooled(spooled.onnx, str(spooled.meta["torch"]), spooled.feeds, spooled.shapes)
     except Exception as exc:  # noqa: BLE001 - a missing or damaged spool is each cell's failure
         return Spooled(folder / f"{group.gid}.onnx",
                        error=FileNotFoundError(f"spooled export of {group.gid} unreadable: {short_error(exc)}"))

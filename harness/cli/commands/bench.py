@@ -15,6 +15,9 @@ def _bench_matrix() -> Path:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     opts.config(p, default=_bench_matrix(), label="harness/checks/bench.yaml")
+    p.add_argument("--part", action="append", default=None, metavar="NAME",
+                   help="run only this benchmark (repeatable): env_reuse, latency_accuracy, matrix, timing_floor, "
+                        "plan_scaling, isolation, runtime_releases, interleaved")
     p.set_defaults(func=run, only="torch=2.13.0")
     opts.store(p)
 
@@ -22,4 +25,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.checks.bench import run_bench
 
-    return run_bench(args.config, args.only, args.reports)
+    return run_bench(args.config, args.only, args.reports, args.part)

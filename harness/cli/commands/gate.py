@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from harness.gate.compare import Settings
     from harness.gate.main import GateRequest
 
-    ratio, alpha, parity = (opts.default_of(Settings, k) for k in ("latency_threshold", "alpha", "parity_factor"))
+    ratio, alpha, parity, confidence = (opts.default_of(Settings, k) for k in
+                                        ("latency_threshold", "alpha", "parity_factor", "confidence"))
     p.add_argument("--baseline", default=None, help="torch version, run id/directory, or RUN@VERSION")
     p.add_argument("--candidate", default=None, help="torch version, run id/directory, or RUN@VERSION")
     p.add_argument("--from-deps", default=None, metavar="BASE_REF",
@@ -37,9 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", type=Path, default=None, help="gate directory (default: reports/gates/<timestamp>)")
     p.add_argument("--provider", choices=opts.PROVIDERS, default=opts.default_of(GateRequest, "provider"))
     p.add_argument("--latency-threshold", type=float, default=ratio,
-                   help=f"median ratio above which a significant slowdown counts (default {ratio})")
+                   help=f"ratio the whole interval of an interleaved timing must exceed to count as slower "
+                        f"(default {ratio})")
+    p.add_argument("--confidence", type=float, default=confidence,
+                   help=f"confidence of that interval (default {confidence})")
     p.add_argument("--alpha", type=float, default=alpha,
-                   help=f"Mann-Whitney p-value threshold (default {alpha})")
+                   help=f"Mann-Whitney p-value threshold of the first look on stored figures (default {alpha})")
     p.add_argument("--parity-factor", type=float, default=parity,
                    help="max_abs may grow by this many atol before it counts as drift "
                         f"(default {parity})")
@@ -47,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also block on graph drift: 'io' = a change of input/output names or dynamic dims")
     remeasure = opts.default_of(GateRequest, "remeasure")
     p.add_argument("--remeasure", type=int, default=remeasure, metavar="N",
-                   help=f"fresh processes per side to re-measure cells flagged slower (default {remeasure}; "
-                        "0: count the first measurement)")
+                   help=f"time the cells whose stored latencies differ interleaved, in at least N fresh "
+                        f"process sets (default {remeasure}); 0: the stored figures decide")
     share = opts.default_of(Settings, "min_compared")
     p.add_argument("--min-compared", type=opts.share, default=share, metavar="SHARE",
                    help="share of the cells either side planned (less those skipped wherever they ran) that must be compared, "
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         from harness.gate.packages import PackageBump, run_package_gate
 
         settings = Settings(args.latency_threshold, args.alpha, args.parity_factor,
-                            tuple(args.block_on or ()), args.min_compared)
+                            tuple(args.block_on or ()), args.min_compared, args.confidence)
         return run_package_gate(GateRequest(baseline, candidate, config, args.reports, args.output,
                                             args.provider, settings, args.remeasure),
                                 PackageBump(args.package, baseline, candidate))
@@ -109,6 +113,6 @@ def run(args: argparse.Namespace) -> int:
     elif not (baseline and candidate):
         raise ConfigError("gate: expected --baseline and --candidate (or --from-deps BASE_REF)")
     settings = Settings(args.latency_threshold, args.alpha, args.parity_factor, tuple(args.block_on or ()),
-                        args.min_compared)
+                        args.min_compared, args.confidence)
     return run_gate(GateRequest(baseline, candidate, config, args.reports, args.output,
                                 args.provider, settings, args.remeasure))

@@ -207,7 +207,9 @@
       var load = l.load || {};
       kv(ls, [["median", l.median], ["p90", l.p90], ["min", l.min], ["iqr", l.iqr], ["cv", l.cv],
               ["spread", l.spread], ["iterations", l.iterations], ["threads", l.threads],
-              ["unstable", l.unstable ? "yes (robust spread or median interval too wide)" : null],
+              ["unstable", l.unstable ? "yes: " + (l.unstable_why || "robust spread or median interval too wide") : null],
+              ["processes", l.processes && l.processes.length ? l.processes.map(fmt).join(", ") + " (medians of the fresh processes that timed it)" : null],
+              ["bimodal", l.bimodal ? "two modes across fresh processes: " + (l.modes || []).map(fmt).join(" / ") + " ms" : null],
               ["loaded", l.loaded ? "yes: others used " + fmt(load.other_cpu) + " of the CPUs, steal " + fmt(load.steal) + " (figure not trusted; the gate never calls it slower)" : null]]);
       if (c.histogram) histogram(ls, c.histogram);
     }
