@@ -4,6 +4,7 @@ Real nox, run with --no-venv so that the session's `python` is the product envir
 (tests/helpers.py `product_python`: the declared dependencies only)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,8 +28,8 @@ NOX = _nox()
 pytestmark = pytest.mark.skipif(NOX is None, reason="nox is not installed")
 
 
-def nox(tmp_path: Path, session: str, *args: str) -> subprocess.CompletedProcess:
-    env = product_env(HARNESS_ENVS_DIR=str(tmp_path / "envs"))
+def nox(tmp_path: Path, session: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    env = product_env(HARNESS_ENVS_DIR=str(tmp_path / "envs"), **extra)
     return subprocess.run([NOX, "-f", str(ROOT / "noxfile.py"), "--no-venv", "-s", session, "--", *args],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
 
@@ -64,11 +65,10 @@ if os.environ.get("KILL_HARNESS") and sys.orig_argv[1:3] == ["-m", "harness"]:
 
 
 @pytest.mark.parametrize("session, expected", [("matrix", 128 + 9), ("plan", 128 + 9), ("gate", 2)])
-def test_a_harness_killed_by_a_signal_ends_the_session_with_128_plus_n(tmp_path, monkeypatch, session, expected):
+def test_a_harness_killed_by_a_signal_ends_the_session_with_128_plus_n(tmp_path, session, expected):
     """As docs/robustness.md promises (the gate: 2, never a verdict); it used to be 2 for every session."""
     (tmp_path / "sitecustomize.py").write_text(KILLER)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("KILL_HARNESS", "9")
     args = ["--baseline", "2.6.0", "--candidate", "2.13.0"] if session == "gate" else []
-    proc = nox(tmp_path, session, "--config", str(TESTS / "matrices" / "e2e.yaml"), *args)
+    proc = nox(tmp_path, session, "--config", str(TESTS / "matrices" / "e2e.yaml"), *args,
+               PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", KILL_HARNESS="9")
     assert proc.returncode == expected, proc.stdout + proc.stderr

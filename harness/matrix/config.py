@@ -964,7 +964,7 @@ def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = 
 _LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
                    ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0,
                    ("determinism",): False, ("runtime_versions",): {}, ("runtime_floor",): {},
-                   ("deploy",): {}}
+                   ("deploy",): {}, ("latency", "confirm"): True, ("latency", "confirm_processes"): 4}
 # Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
 # run resumes with another `jobs`.
 _SCHEDULING_KEYS = ("jobs",)
