@@ -38,7 +38,8 @@ from harness.store.provenance import run_fingerprint, same_code
 from harness.store.runs import list_runs, load_run, read_run_meta
 
 # Verdicts that say something lasting about the cell; crash and timeout (memory kills and
-# environment failures are crashes) are never taken by the cache.
+# environment failures are crashes) and error (the matrix's own code failed) are never taken by
+# the cache.
 LASTING = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.XFAIL, Status.XPASS})
 DAMAGED = (SchemaError, ValueError, OSError)
 CHANGED = "files its case loaded changed since: "
