@@ -362,17 +362,23 @@ def classify(rec: Record, rungs: list[dict[str, Any]], specialised: list[dict[st
                  "cannot tell the file from the runtimes", None, rungs)
 
 
-def specialisation_blame(rec: Record, graph: dict[str, Any], rungs: list[dict[str, Any]]) -> Blame | None:
+def specialisation_blame(rec: Record, graph: dict[str, Any], rungs: list[dict[str, Any]],
+                         size_lines: list[str] = ()) -> Blame | None:
     """A failure at the second shape whose cause torch itself named while exporting: a dim it
     fixed to one value (``graph.export_specialised``: the silent re-export or the error, with the
-    model's line), or an example size of 0 or 1 the file fixed. Both are the case's own doing
-    (its code or its example), with the remedy that fits."""
+    model's line, else the model's own size-to-constant line), or an example size of 0 or 1 the
+    file fixed. Both are the case's own doing (its code or its example), with the remedy that
+    fits; a fact with neither a line nor a 0/1 example is left to ``classify``."""
     if not _second_shape_failure(rec):
         return None
     for fact in graph.get("export_specialised") or []:
-        at = f" at {fact['source']}" if fact.get("source") else ""
+        zero_one = fact.get("value") in (0, 1) and fact.get("example") == fact.get("value")
+        source = fact.get("source") or (size_lines[0] if size_lines and not zero_one else None)
+        if source is None and not zero_one:
+            continue
+        at = f" at {source}" if source else ""
         return Blame("model-code", f"torch.export fixed {fact['dim']} to {fact['value']}{at} ({fact['how']}); "
-                     f"{fact['remedy']}", None, rungs, source=fact.get("source"))
+                     f"{fact['remedy']}", None, rungs, source=source)
     for fact in graph.get("specialised") or []:
         if fact.get("value") in (0, 1) and fact.get("example") == fact.get("value"):
             return Blame("model-code", f"{fact['note']}: the example's size {fact['value']}, which torch.export "
@@ -447,7 +453,7 @@ def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
                        f"{rec.runtime} ({precision}): {rec.error or ''}"))
     graph = rec.graph or getattr(ctx, "graph", None) or {}   # the cell's own facts (confirmed dims)
     size_lines = size_to_constant_lines(ctx.spec.model)
-    blame = specialisation_blame(rec, graph, rungs) or classify(
+    blame = specialisation_blame(rec, graph, rungs, size_lines) or classify(
         rec, rungs, list(graph.get("specialised") or []), size_lines, reduced)
     if blame.party == "exporter" and rec.stage == "parity":
         from harness.run.divergence import first_divergence

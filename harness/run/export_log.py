@@ -9,8 +9,9 @@ around one export that keeps, for the record:
 
 - ``refined``: each suggested fix torch applied before exporting again (the message it read);
 - ``events``: each size torch fixed to one value while tracing (``set_replacement sN = V
-  (range_refined_to_singleton)``, logged by torch.fx's symbolic shapes at INFO) with the
-  innermost frame of the model's own code on the stack at that moment;
+  (range_refined_to_singleton)`` in 2.6 and 2.9, ``eval Eq(sN, V) [guard added]`` in 2.13,
+  logged by torch.fx's symbolic shapes at INFO) with the innermost frame of the model's own
+  code on the stack at that moment;
 - ``ignored``: the guards torch logged as ignored (``Ignored guard s0 == 2``): torch 2.6 then
   names the file's dim by that size ('2') and the dim stays dynamic in the file.
 
@@ -32,10 +33,15 @@ from harness.run.reference import library_file
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _REPLACED = re.compile(r"set_replacement (s\d+) = (-?\d+) \(range_refined_to_singleton\)")
+# torch 2.13: "eval Eq(s27, 6) [guard added] (tests/cases/dim_policy.py:20 in forward)"
+_GUARD_EQ = re.compile(r"eval Eq\((s\d+), (-?\d+)\) \[guard added\]")
 _CREATED = re.compile(r"create_symbol (s\d+) = (-?\d+) for (\S+)")
 _IGNORED = re.compile(r"Ignored guard (.+?), this could result")
 # "Not all values of past = L['args'][0][1].size()[2] ... past was inferred to be a constant (3)"
-_INFERRED = re.compile(r"values of (\w+) = (\S+?)\.size\(\)\[(\d+)\].*?inferred to be a constant \((-?\d+)\)")
+# (torch 2.6), "... satisfy the generated guard 6 <= L['x'].size()[1] and ..." (2.13), then
+# "Suggested fixes:\n  past = 3": which Dim, on which input's axis, fixed to which value.
+_VALUES_OF = re.compile(r"values of (\w+) = (\S+?)\.size\(\)\[(\d+)\]")
+_FIXED_TO = re.compile(r"^\s*(\w+) = (-?\d+)\s*$", re.MULTILINE)
 # "You marked L['past_key'].size()[2] as dynamic but your code specialized it to be a constant (3)"
 _MARKED = re.compile(r"marked (\S+?)\.size\(\)\[(\d+)\] as dynamic but your code specialized it to be a "
                      r"constant \((-?\d+)\)")
@@ -74,7 +80,7 @@ class ExportLog(logging.Handler):
             return
         if m := _CREATED.search(text):
             self.symbols[m.group(1)] = m.group(3)
-        elif m := _REPLACED.search(text):
+        elif m := (_REPLACED.search(text) or _GUARD_EQ.search(text)):
             self.events.append({"symbol": m.group(1), "value": int(m.group(2)),
                                 "input": self.symbols.get(m.group(1)), "source": user_frame()})
         elif m := _IGNORED.search(text):
@@ -138,8 +144,11 @@ class ExportLog(logging.Handler):
                                             "example": int(leaves[key].value.shape[axis])})
 
         for message in self.refined:
-            for m in _INFERRED.finditer(message):
-                add(m.group(2), int(m.group(3)), int(m.group(4)), "re-exported", m.group(0))
+            fixes = {m.group(1): int(m.group(2)) for m in _FIXED_TO.finditer(message.split("Suggested fixes:", 1)[-1])}
+            for m in _VALUES_OF.finditer(message):
+                if m.group(1) in fixes:
+                    line = next((ln for ln in message.splitlines() if m.group(0) in ln), m.group(0))
+                    add(m.group(2), int(m.group(3)), fixes[m.group(1)], "re-exported", line.strip(" -"))
         if failure is not None:
             for m in _MARKED.finditer("\n".join(str(e) for e in _chain(failure))):
                 add(m.group(1), int(m.group(2)), int(m.group(3)), "export failed", m.group(0))

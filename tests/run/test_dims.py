@@ -10,9 +10,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from harness.run.dims import (
+    digit_symbols,
     fixed_size,
     io_facts,
-    digit_symbols,
     note_specialised,
     specialised_dims,
 )
@@ -63,8 +63,8 @@ def test_fixed_dims_read_from_the_file_name_the_declared_dim(tmp_path):
     notes, pinned = note_specialised(graph, dims, ["input_0"])
     assert notes == [found[0]["note"]] and graph["specialised"] == found and pinned == []
     assert digit_symbols(dims, graph) == [
-        "batch is named '2' in the file (input_0 dim 0): a symbol, not a size (torch names it after the "
-        "example's size when it ignores a guard); the file keeps it dynamic"]
+        ("batch is named '2' in the file (input_0 dim 0): a symbol, not a size (torch names it after the "
+         "example's size when it ignores a guard); the file keeps it dynamic")]
 
 
 def _program(shape: list, ranges: dict) -> SimpleNamespace:
