@@ -5,7 +5,7 @@ Torch eager's float32 outputs are themselves off from exact arithmetic by the ro
 operation they went through; a runtime that computes the same thing in another order is off by
 about as much. Per shape and per output, the floor is how far eager's float32 outputs are from
 the same model run in float64 on the same inputs (``float64``), or, where the model cannot run in
-float64, from a second float32 run with another operation order (``op-order``: other intra-op
+float64 (its own casts to float32 kept at float64), from a second float32 run with another operation order (``op-order``: other intra-op
 thread count, oneDNN off). It is never below one float32 rounding step (``eps``) of the output's
 largest value. ONNX Runtime and OpenVINO differ from eager by about one floor on the probes and
 the decoding cases (docs/report.md has the figures and the command).
@@ -38,6 +38,9 @@ NOISE_MAX_SHARE = 1e-3
 DIVERGENCE_RATIO = 1000.0
 DIVERGENCE_REL = 1e-2
 FLOAT64, OP_ORDER = "float64", "op-order"
+# Above this many parameters the float64 copy (three times the model's memory with the model
+# itself) is not made: the op-order floor is measured instead.
+FLOAT64_MAX_PARAMS = 50_000_000
 
 
 def eps_of(dtype: Any) -> float:
@@ -66,15 +69,40 @@ def _as_float64(value: Any) -> Any:
     return value.double() if value.is_floating_point() else value
 
 
+def _upcast_mode() -> Any:
+    """A torch function mode in which the model's own casts to a narrower float (``.float()``,
+    ``.to(torch.float32)``, ``dtype=torch.float32`` in a factory) give float64: models that compute
+    a part in float32 on purpose (Hugging Face's RMSNorm and rotary embeddings) would otherwise do
+    it in float32 in the float64 copy too, and the floor would miss that part's error."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    narrow = (torch.float32, torch.float16, torch.bfloat16)
+    widen = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+    class Float64(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = {k: (torch.float64 if v in narrow else v) for k, v in (kwargs or {}).items()}
+            if func in widen:
+                return args[0].double()
+            if func in (torch.Tensor.to, torch.Tensor.type):
+                args = tuple(torch.float64 if a in narrow else a for a in args)
+            return func(*args, **kwargs)
+
+    return Float64()
+
+
 def _float64_outputs(model: Any, inputs: Any) -> list[np.ndarray]:
-    """The model, copied and converted to float64, run on the inputs converted to float64."""
+    """The model, copied and converted to float64, run on the inputs converted to float64, its own
+    casts to float32 kept at float64 (``_upcast_mode``)."""
     import torch
 
     from harness.run.parity import output_leaves
 
     twin = copy.deepcopy(model).double()
-    with torch.no_grad():
-        return [a for _, a in output_leaves(inputs.map_tensors(lambda leaf: _as_float64(leaf.value)).call(twin))]
+    wide = inputs.map_tensors(lambda leaf: _as_float64(leaf.value))
+    with torch.no_grad(), _upcast_mode():
+        return [a for _, a in output_leaves(wide.call(twin))]
 
 
 def _reordered_outputs(model: Any, inputs: Any) -> list[np.ndarray]:
@@ -99,7 +127,10 @@ def measure(model: Any, shapes: list[Any], references: list[list[np.ndarray]]) -
     used then). Raises only on the matrix's own failure (the caller makes it an ``error``)."""
     out: dict[str, Any] = {"method": FLOAT64}
     runs = []
+    size = sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
     try:
+        if size > FLOAT64_MAX_PARAMS:
+            raise MemoryError(f"{size} parameters: no float64 copy above {FLOAT64_MAX_PARAMS}")
         runs = [_float64_outputs(model, s) for s in shapes]
     except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64: the other method
         traceback.print_exc()

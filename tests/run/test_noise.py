@@ -75,7 +75,32 @@ def test_the_floor_is_eager_float32_against_a_float64_copy():
 
 class Float32Only(torch.nn.Module):
     def forward(self, x):
-        return x @ torch.ones(x.shape[-1], 3, dtype=torch.float32)   # refuses float64 inputs
+        if x.dtype != torch.float32:
+            raise TypeError(f"expects float32 inputs, got {x.dtype}")
+        return x @ torch.ones(x.shape[-1], 3)
+
+
+class CastsToFloat32(torch.nn.Module):
+    """A part computed in float32 whatever the input's dtype (as Hugging Face's RMSNorm does),
+    here one that loses digits: adding and removing 1e4 in float32."""
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        return ((h + 1e4) - 1e4).to(x.dtype)
+
+
+def test_the_float64_copy_keeps_the_models_own_float32_casts_at_float64():
+    """Without that, the copy computes the cast part in float32 too, agrees with eager to the
+    last bit, and the floor misses the part's error (here ~5e-4 on values of ~3)."""
+    model = CastsToFloat32()
+    x = torch.randn(4, 256)
+    inputs = CaseInputs((x,), model=model)
+    with torch.no_grad():
+        ref = model(x)
+    measured = noise.measure(model, [inputs], [[ref.numpy()]])
+    (floor,) = measured["floors"][0]
+    gap = float((ref.double() - x.double()).abs().max())     # float32's loss against the exact value
+    assert measured["method"] == "float64" and gap > 1e-4 and floor == pytest.approx(gap)
 
 
 def test_a_model_that_cannot_run_in_float64_gets_the_op_order_floor():

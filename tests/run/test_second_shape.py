@@ -155,3 +155,27 @@ def test_error_records_round_trip_and_are_not_attempts():
     back = Record.from_dict(json.loads(rec.to_json()))
     assert back.status is Status.ERROR and back.stage == "reference"
     assert count_by_status([back])["error"] == 1
+
+
+EAGER_FAILS = """
+import torch
+
+class Broken(torch.nn.Module):
+    def forward(self, x):
+        return x.index_select(1, torch.tensor([5]))   # out of range at the example
+
+def broken():
+    return Broken(), (torch.randn(2, 3),), {0: {0: "batch"}}
+"""
+
+
+def test_a_model_that_fails_in_eager_gets_no_repro_that_loads_missing_inputs(tmp_path):
+    """A genuine failure at reference (the model's own): a bundle, but no repro.py loading an
+    inputs.npz that was never written; repro.json says why."""
+    case = tmp_path / "broken.py"
+    case.write_text(EAGER_FAILS)
+    rec = _one_record(_job(tmp_path, case, "broken"))
+    assert (rec.status, rec.stage) == (Status.FAIL, "reference") and rec.blame.party == "model-code"
+    bundle = tmp_path / "run" / "bundles" / "c"
+    assert not (bundle / "repro.py").exists() and not (bundle / "inputs.npz").exists()
+    assert "failed at reference" in json.loads((bundle / "repro.json").read_text())["why"]
