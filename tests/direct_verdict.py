@@ -333,18 +333,33 @@ def fixed_dims(program, path: str, dims_by_name, names) -> tuple[dict, dict]:
     return fixed, pinned
 
 
+class KeepDouble(torch.overrides.TorchFunctionMode):
+    """Inside the float64 copy, the model's own casts to float32 (``.float()``, ``.to(torch.float32)``,
+    ``dtype=torch.float32``) stay float64."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in (kwargs or {}).items()}
+        if func is torch.Tensor.float:
+            return args[0].double()
+        if func is torch.Tensor.to:
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        return func(*args, **kwargs)
+
+
 def noise_floors(model, shapes, refs):
-    """Per shape and output: max |float32 eager - float64 eager|, at least one float32 step of
-    the output's largest value; None where the model does not run in float64."""
+    """Per shape and output: max |float32 eager - float64 eager| (the float64 copy keeping its own
+    casts to float32 at float64), at least one float32 step of the output's largest value; None
+    where the model does not run in float64."""
     import copy
 
     try:
         twin = copy.deepcopy(model).double()
+
         def cast(x):
             return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), KeepDouble():
             for (a, k), ref in zip(shapes, refs):
                 r64 = flat(twin(*map_tensors(a, cast), **map_tensors(k, cast)))
                 floors = []
