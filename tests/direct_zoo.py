@@ -31,13 +31,12 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from direct_verdict import judge, noise_floors  # same folder: the plain-API judgement
 from optimum.exporters.onnx import (
     model_configs,  # noqa: E402,F401  (registers the ONNX configs)
     onnx_export_from_model,  # noqa: E402
 )
 from optimum.exporters.tasks import TasksManager  # noqa: E402
-
-from direct_verdict import judge, noise_floors  # noqa: E402  (same folder: the plain-API judgement)
 
 
 def build(model_type: str, entry: dict):
