@@ -1,7 +1,8 @@
 """The fastest passing configuration per case and runtime, from results.jsonl alone.
 
 No project code: json over the run's records. A configuration passes when its status is `pass`
-or `xpass`; the fastest is the lowest `latency_ms.median`. Prints one JSON object:
+or `xpass` and its file declares the opset the cell asked for (`opset_actual` equal to `opset`,
+or not recorded); the fastest is the lowest `latency_ms.median`. Prints one JSON object:
 {"case|runtime": {"median": ms, "cells": [cell ids at that median], "passing": n}}.
 
     python tests/direct_advise.py reports/latest/results.jsonl
@@ -20,6 +21,8 @@ def fastest(path):
             slot = best.setdefault(f"{rec['case']}|{rec['runtime']}", {"median": None, "cells": [], "passing": 0})
             if rec["status"] not in ("pass", "xpass"):
                 continue
+            if rec.get("opset_actual") is not None and rec["opset_actual"] != rec["opset"]:
+                continue   # asked 13, got 18: not a configuration of the requested opset
             slot["passing"] += 1
             median = (rec.get("latency_ms") or {}).get("median")
             if median is None:

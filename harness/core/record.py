@@ -66,6 +66,9 @@ class Parity:
     atol: float | None = None
     rtol: float | None = None
     shapes: list[dict[str, Any]] = field(default_factory=list)
+    # The model's own float32 noise (harness.run.noise): how the floor was measured, whether it
+    # was judged, the worst ratio and its floor; per output in shapes[i]["outputs"][j].
+    noise: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # keys written by other versions
 
     @classmethod
@@ -212,7 +215,10 @@ class GraphFacts(TypedDict, total=False):
     producer: str
     # how it was made and checked
     capture_strategy: str                      # dynamo: torch.export strict / non-strict / fallback
-    specialised: dict[str, Any]                # declared dynamic dims the export fixed
+    specialised: list[dict[str, Any]]          # declared dynamic dims the file fixes (or, confirmed
+                                               # at the second shape, the exported program pins)
+    export_specialised: list[dict[str, Any]]   # dims torch fixed while exporting (run.export_log)
+    zero_one: list[dict[str, Any]]             # failing dims with an example size of 0 or 1
     determinism: dict[str, Any]                # determinism: true, two fresh exports compared
     optimum_validation: dict[str, Any]         # the optimum exporter's own validation
     runtime_facts: dict[str, Any]              # what the runtime says of the run
@@ -333,6 +339,18 @@ class Record:
         return rec
 
     @property
+    def opset_kept(self) -> bool:
+        """The requested opset is a promise: False where the exported file declares another one
+        (torch's dynamo exporter writes 18 when it cannot convert down). Such a cell is never
+        counted as a configuration of the requested opset (advisor, gate)."""
+        return self.opset_actual is None or int(self.opset_actual) == int(self.opset)
+
+    @property
+    def opset_mark(self) -> str | None:
+        """'asked 13, got 18' where the file declares another opset than the cell asked for."""
+        return None if self.opset_kept else f"asked {self.opset}, got {self.opset_actual}"
+
+    @property
     def export_options(self) -> ExportOptions:
         return ExportOptions.from_dict(self.options)
 
@@ -383,7 +401,7 @@ _OPTIONAL = {
     "passes_not_run": (lambda v: (isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
 }
-_PARITY = {"max_abs": _OPT_NUM, "max_rel": _OPT_NUM, "atol": _OPT_NUM, "rtol": _OPT_NUM,
+_PARITY = {"max_abs": _OPT_NUM, "max_rel": _OPT_NUM, "atol": _OPT_NUM, "rtol": _OPT_NUM, "noise": _OPT_OBJ,
            "shapes": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
                       "a list of objects")}
 _LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv", "spread")},

@@ -14,6 +14,8 @@ class Status(str, enum.Enum):
     SKIP = "skip"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    # The matrix's own code failed (preparing inputs, measuring a fact): no verdict on the model.
+    ERROR = "error"
 
     def __str__(self) -> str:
         return self.value
@@ -30,12 +32,19 @@ class Status(str, enum.Enum):
 
     @property
     def attempted(self) -> bool:
-        """The cell ran far enough to count in a pass rate (a skip is not an attempt)."""
-        return self is not Status.SKIP
+        """The cell ran far enough to count in a pass rate (a skip is not an attempt, nor is a
+        cell the matrix's own code failed on)."""
+        return self not in (Status.SKIP, Status.ERROR)
 
     @property
     def worker_died(self) -> bool:
         return self in (Status.CRASH, Status.TIMEOUT)
+
+    @property
+    def is_own_error(self) -> bool:
+        """The project's own code failed on this cell: not a verdict on the model (neither a
+        failure nor an attempt), counted apart and never reused from the store."""
+        return self is Status.ERROR
 
 
 class Stage(str, enum.Enum):

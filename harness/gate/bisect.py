@@ -155,8 +155,9 @@ def bisect(versions: list[str], verdict: Callable[[str], str | None]) -> Search:
 
 
 def verdict_of(rec: Record | None) -> str | None:
-    """What bisect compares: 'pass', 'fail (stage)', 'crash', 'timeout'; None when untestable."""
-    if rec is None or rec.status is Status.SKIP:
+    """What bisect compares: 'pass', 'fail (stage)', 'crash', 'timeout'; None when untestable
+    (skipped, or the matrix's own error: no verdict on the model)."""
+    if rec is None or rec.status in (Status.SKIP, Status.ERROR):
         return None
     error = rec.error or ""
     if rec.status is Status.CRASH and error.startswith("EnvironmentBuildError"):

@@ -138,6 +138,11 @@ def reannotate(rec: Record, annotate: Annotator) -> Record:
 def compare_statuses(base: Record, cand: Record) -> tuple[Verdict, str] | None:
     """The verdict decided by statuses alone, or None when both passed."""
     where = lambda r: f"{r.status} at {r.stage}" if r.stage else r.status  # noqa: E731
+    if Status.ERROR in (base.status, cand.status):
+        # The matrix's own code failed on that side: it says nothing about the model.
+        side = "baseline" if base.status is Status.ERROR else "candidate"
+        rec = base if side == "baseline" else cand
+        return Verdict.NOT_COMPARABLE, f"the matrix's own error on {side}: {rec.error or ''}".strip()
     if Status.SKIP in (base.status, cand.status):
         side = "baseline" if base.status is Status.SKIP else "candidate"
         rec = base if side == "baseline" else cand
@@ -167,6 +172,19 @@ _STAGES = [s.value for s in Stage]
 def _stage_rank(stage: str | None) -> int:
     """A stage's place in the order cells go through (unknown stages: after every one)."""
     return _STAGES.index(stage) if stage in _STAGES else len(_STAGES)
+
+
+def opset_change(base: Record, cand: Record) -> tuple[bool, str] | None:
+    """The requested opset is a promise. (blocking, why) when the two sides differ in keeping it:
+    a candidate whose file declares another opset than the cell asked for, where the baseline's
+    kept it, is a new failure of the requested opset ("asked 13, got 18") whatever its runtime
+    said; a candidate that keeps it where the baseline did not gets a note. None otherwise (both
+    sides' files are then the same kind and compare as they are)."""
+    if base.opset_kept == cand.opset_kept:
+        return None
+    if not cand.opset_kept and base.opset_kept:
+        return True, f"opset not kept: {cand.opset_mark} (the baseline's file declares {base.opset})"
+    return False, f"the candidate keeps opset {cand.opset} (the baseline's file: {base.opset_mark})"
 
 
 def compare_parity(base: Record, cand: Record, factor: float) -> str | None:
@@ -221,6 +239,9 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
     decided = compare_statuses(base, cand)
     if decided is not None:
         return CellComparison(key, decided[0], base, cand, decided[1])
+    opset = opset_change(base, cand)
+    if opset is not None and opset[0]:
+        return CellComparison(key, Verdict.NEW_FAILURE, base, cand, opset[1])
     drift = compare_parity(base, cand, settings.parity_factor)
     lat = compare_timing(base, cand, settings)
     if drift:
@@ -231,6 +252,8 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
     cell = CellComparison(key, Verdict.UNCHANGED, base, cand, "", lat)
     if lat is not None and lat.load_note:
         cell.notes.append(lat.load_note)
+    if opset is not None:
+        cell.notes.append(opset[1])
     return cell
 
 

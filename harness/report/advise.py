@@ -8,12 +8,17 @@ passing cells (``pass`` or ``xpass``) of a case on a runtime, the best is the fi
 3. then the smallest file (``graph.bytes``);
 4. then the newest torch release; last, the cell id (so the choice never depends on file order).
 
+A passing cell whose file declares another opset than the cell asked for (``Record.opset_mark``,
+"asked 13, got 18") is not a configuration of the requested opset: it is never ranked, only
+counted (``Advice.other_opset``).
+
 Latencies are compared as recorded; one taken on a loaded machine (``Latency.loaded``) is marked
 beside the choice, since another run's figure may be the faster one in truth.
 
 Per torch release, a case *loses* a runtime when the release has cells of that case on that
-runtime that were attempted (not skipped), none passes, and the torch release before it (in the
-same results) had a passing one: upgrading to it leaves no configuration to ship.
+runtime that were attempted (not skipped, not the matrix's own error), none passes as asked, and
+the torch release before it (in the same results) had a passing one: upgrading to it leaves no
+configuration to ship.
 
 The records come from one run, or from the store's finished runs through the advise policy of
 ``harness.store.reuse`` (the newest record per cell whose case files are unchanged, each run's
@@ -29,7 +34,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.core.record import Record
-from harness.core.status import Status
 from harness.report.aggregate import torch_sort_key
 from harness.report.text import md_code, md_text
 
@@ -104,8 +108,11 @@ class Advice:
     case: str
     runtime: str
     ranked: list[Choice] = field(default_factory=list)
-    attempted: int = 0               # cells that ran (not skipped)
+    attempted: int = 0               # cells that ran (not skipped, not the matrix's own error)
     source: str | None = None        # the case's source hash, when the records' runs recorded it
+    # Passing cells whose file declares another opset than asked ("asked 13, got 18"): never
+    # ranked as the requested opset's configuration.
+    other_opset: list[Record] = field(default_factory=list)
 
     @property
     def best(self) -> Choice | None:
@@ -140,9 +147,11 @@ def advise(records: Iterable[Record], case: str | None = None, runtime: str | No
             continue
         source = case_source(rec, sources)
         adv = out.setdefault((rec.case, source or "", rec.runtime), Advice(rec.case, rec.runtime, source=source))
-        if rec.status is not Status.SKIP:
+        if rec.status.attempted:
             adv.attempted += 1
-        if rec.status.passed:
+        if rec.status.passed and not rec.opset_kept:
+            adv.other_opset.append(rec)    # not a configuration of the opset it asked for
+        elif rec.status.passed:
             adv.ranked.append(Choice(rec))
     for adv in out.values():
         adv.ranked.sort(key=Choice.rank)
@@ -154,16 +163,21 @@ def losses(records: Iterable[Record], sources: Sources | None = None) -> list[Lo
     case source apart, with ``sources``)."""
     by: dict[tuple[str, str, str], dict[str, list[Record]]] = {}
     for rec in records:
-        if rec.status is not Status.SKIP:
+        if rec.status.attempted:
             key = (rec.case, case_source(rec, sources) or "", rec.runtime)
             by.setdefault(key, {}).setdefault(rec.torch, []).append(rec)
     out = []
     for (case, source, runtime), per_torch in by.items():
         ordered = sorted(per_torch, key=torch_sort_key)
         for before, torch in zip(ordered, ordered[1:]):
-            if any(r.status.passed for r in per_torch[before]) and not any(r.status.passed for r in per_torch[torch]):
+            if any(_ships(r) for r in per_torch[before]) and not any(_ships(r) for r in per_torch[torch]):
                 out.append(Loss(torch, case, runtime, before, len(per_torch[torch]), source or None))
     return sorted(out, key=lambda x: (torch_sort_key(x.torch), x.case, x.runtime))
+
+
+def _ships(rec: Record) -> bool:
+    """A configuration one could ship as asked: it passed and its file keeps the requested opset."""
+    return rec.status.passed and rec.opset_kept
 
 
 # ---- records to advise from -------------------------------------------------------------------
@@ -213,6 +227,10 @@ def advice_lines(adv: Advice, losses_here: list[Loss] = (), name_source: bool = 
                          "an exporter other than torch.onnx.export)")
         for other in adv.ranked[1:4]:
             lines.append(f"  then: {other.configuration} ({other.facts()})")
+    if adv.other_opset:
+        marks = sorted({f"opset {r.opset_mark}" for r in adv.other_opset})
+        lines.append(f"  not counted: {len(adv.other_opset)} passing cell(s) whose file declares another opset "
+                     f"than asked ({', '.join(marks)})")
     for loss in losses_here:
         lines.append(f"  torch {loss.torch} loses every passing configuration here "
                      f"(torch {loss.before} had one; {loss.attempted} cell(s) fail)")
@@ -228,7 +246,10 @@ def advice_markdown(records: list[Record]) -> str:
     for adv in advice:
         best = adv.best
         if best is None:
-            rows.append(f"| {md_text(adv.case)} | {md_text(adv.runtime)} | none of {adv.attempted} passes | | |")
+            other = (f" ({len(adv.other_opset)} pass with a file of another opset than asked: "
+                     f"{', '.join(sorted({r.opset_mark for r in adv.other_opset}))})") if adv.other_opset else ""
+            rows.append(f"| {md_text(adv.case)} | {md_text(adv.runtime)} | none of {adv.attempted} passes"
+                        f"{md_text(other)} | | |")
             continue
         call = md_code("; ".join(best.export_call.splitlines())) if best.export_call else "not recorded"
         rows.append(f"| {md_text(adv.case)} | {md_text(adv.runtime)} | {md_text(best.configuration)} | "
@@ -255,6 +276,7 @@ def advice_rows(records: list[Record]) -> dict[str, Any]:
         best = adv.best
         rows.append({"case": adv.case, "runtime": adv.runtime, "passing": len(adv.ranked),
                      "attempted": adv.attempted,
+                     "other_opset": sorted({r.opset_mark for r in adv.other_opset}),
                      "configuration": best.configuration if best else None,
                      "facts": best.facts() if best else None,
                      "loaded": bool(best and best.record.latency_ms.loaded),

@@ -21,6 +21,8 @@ CELL_KEY = list(CELL_COLUMNS)
 PASSED = [s.value for s in Status if s.passed]
 # Shown as failures in tables (with their stage and signature): failed, crashed, hung, or known.
 FAILED = [s.value for s in Status if s.is_failure] + [Status.XFAIL.value]
+# The matrix's own failures: no verdict on the model, counted apart from failures and attempts.
+OWN_ERRORS = [s.value for s in Status if s.is_own_error]
 # Latencies this small are mostly the runtime binding's own per-call cost: shown with its floor.
 FLOOR_SHOWN_BELOW_MS = 0.1
 
@@ -141,7 +143,7 @@ def pivot(df: pd.DataFrame, index: list[str] | str, columns: str, values: str = 
 def summary(df: pd.DataFrame, axis: str) -> pd.DataFrame:
     """Status counts per value of one axis, with a pass rate over the cells that were attempted."""
     counts = pd.crosstab(df[axis], df["status"])
-    attempted = counts.drop(columns=[Status.SKIP.value], errors="ignore").sum(axis=1)
+    attempted = counts.drop(columns=[Status.SKIP.value, *OWN_ERRORS], errors="ignore").sum(axis=1)
     passed = counts[[s for s in PASSED if s in counts.columns]].sum(axis=1)
     counts["cells"] = counts.drop(columns=["cells"], errors="ignore").sum(axis=1)
     counts["pass_rate"] = (passed / attempted.where(attempted > 0)).round(3)

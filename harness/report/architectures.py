@@ -24,7 +24,7 @@ from harness.report.aggregate import FAILED, PASSED, sorted_torch
 
 GLYPH = {Status.PASS.value: "✅", Status.XPASS.value: "❗", Status.FAIL.value: "❌",
          Status.CRASH.value: "💥", Status.TIMEOUT.value: "⏱️", Status.XFAIL.value: "⚠️",
-         Status.SKIP.value: "⏭️"}
+         Status.SKIP.value: "⏭️", Status.ERROR.value: "🛠️"}
 
 
 def zoo_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +80,7 @@ def count_lines(df: pd.DataFrame) -> list[str]:
             sub = zoo[(zoo["torch"] == torch) & (zoo["exporter"] == exporter)]
             if sub.empty:
                 continue
-            attempted = sub[sub["status"] != Status.SKIP.value]
+            attempted = sub[~sub["status"].isin([Status.SKIP.value, Status.ERROR.value])]
             cases = attempted["case"].unique()
             exported = attempted[attempted["status"].isin(PASSED)
                                  | (attempted["stage"].notna() & (attempted["stage"] != Stage.EXPORT.value))]

@@ -30,7 +30,7 @@ from harness.store.nights import Night, NightScan, scan_nights
 
 # One character per night in a trend strip; "-": the cell was not in that night's run.
 CODES = {Status.PASS: "p", Status.FAIL: "f", Status.CRASH: "c", Status.TIMEOUT: "t",
-         Status.XFAIL: "x", Status.XPASS: "X", Status.SKIP: "s"}
+         Status.XFAIL: "x", Status.XPASS: "X", Status.SKIP: "s", Status.ERROR: "e"}
 ABSENT = "-"
 DEFAULT_MAX_AGE_H = 36.0
 WEEK = dt.timedelta(days=7)
@@ -199,6 +199,9 @@ class Freshness:
     failed: list[dict[str, Any]]      # nights whose nightly did not succeed
     missing: list[str]                # dates between the first and the newest night without one
     newest_ran: str | None = None     # the newest night with a run (its data's age is the age)
+    # Cells of the newest run the matrix's own code failed on (status error): a bug of the
+    # project, so the check fails on it, while the night itself is kept and published.
+    own_errors: int = 0
 
     @property
     def stale(self) -> bool:
@@ -210,7 +213,7 @@ class Freshness:
 
     @property
     def ok(self) -> bool:
-        return not self.stale and not self.newest_failed
+        return not self.stale and not self.newest_failed and not self.own_errors
 
     def line(self) -> str:
         if self.newest is None:
@@ -225,6 +228,9 @@ class Freshness:
         if self.newest_failed:
             own = self.newest == self.newest_ran
             text += f"; {'its' if own else 'the ' + self.newest} nightly ended: {self.failed[-1]['outcome']}"
+        if self.own_errors:
+            text += (f"; {self.own_errors} of its cells have no verdict: the matrix's own code failed on "
+                     "them (status error)")
         return text
 
 
@@ -242,9 +248,10 @@ def freshness(nights: list[Night], max_age_h: float = DEFAULT_MAX_AGE_H, now: fl
             day += dt.timedelta(days=1)
     ran = [n for n in nights if n.records]
     data = ran[-1] if ran else None
+    own = sum(1 for r in data.to_records() if r.status.is_own_error) if data else 0
     return Freshness(nights[-1].night if nights else None, data.started if data else None,
                      (now - data.started) / 3600 if data else None, max_age_h, failed, missing,
-                     data.night if data else None)
+                     data.night if data else None, own)
 
 
 # ---------------------------------------------------------------------------------------------

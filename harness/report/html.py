@@ -28,6 +28,7 @@ from harness.report.passes import html_rows as passes_rows
 from harness.report.aggregate import (
     AXES,
     FAILED,
+    OWN_ERRORS,
     blame_groups,
     floor_note,
     history,
@@ -43,7 +44,7 @@ from harness.report.aggregate import (
 )
 from harness.report.advise import advice_rows
 from harness.report.architectures import architectures_html
-from harness.report.markdown import render_markdown
+from harness.report.markdown import OWN_ERROR_TEXT, render_markdown
 from harness.report.overview import overview_context
 from harness.store.runs import (
     cell_log_path,
@@ -61,7 +62,12 @@ LEGEND = {S.PASS.value: "passed every stage", S.FAIL.value: "failed: first faili
           S.CRASH.value: "worker died", S.TIMEOUT.value: "ran past cell_timeout_s",
           S.XFAIL.value: "known failure",
           S.XPASS.value: "known failure now passing", S.SKIP.value: "not run (reason in details)"}
-SEVERITY = {s.value: i for i, s in enumerate((S.CRASH, S.TIMEOUT, S.FAIL, S.XPASS, S.XFAIL, S.SKIP, S.PASS))}
+# Shown only in runs that have such cells (runs without one render as before).
+ERROR_LEGEND = {S.ERROR.value: "the matrix's own code failed: no verdict on the model"}
+ERROR_CSS = "\n.s-error { background: var(--crash); color: var(--fg); outline: 1px dashed var(--crash-fg); }\n"
+# The matrix's own error sorts last: it is no verdict (and the older statuses keep their ranks).
+SEVERITY = {s.value: i for i, s in enumerate((S.CRASH, S.TIMEOUT, S.FAIL, S.XPASS, S.XFAIL, S.SKIP, S.PASS,
+                                              S.ERROR))}
 
 _env = Environment(loader=PackageLoader("harness.report", "templates"),
                    autoescape=select_autoescape(["html", "j2"], default=True),
@@ -236,13 +242,17 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     changes = status_changes(previous[1], df) if previous is not None else None
     extras = diagnosis.cell_extras(run_dir, records)
     blamed = any(r.blame for r in records)
+    own = df[df["status"].isin(OWN_ERRORS)]
+    css = _asset("report.css") + (Markup(ERROR_CSS) if not own.empty else Markup(""))
     return render_page(
         "run.html.j2", meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
-        legend=LEGEND, floor_note=floor_note(df), torches=torches, rows=matrix_rows(df, torches), axes=AXES,
+        legend={**LEGEND, **(ERROR_LEGEND if not own.empty else {})}, floor_note=floor_note(df), torches=torches,
+        rows=matrix_rows(df, torches), axes=AXES,
         overview=overview_context(df),
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
-        failures=failure_groups(df), blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
+        failures=failure_groups(df), own_errors=_records(own[["idx", "cell_id", "stage", "error"]]),
+        own_error_text=OWN_ERROR_TEXT, blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
         parties=sorted({p for p in df["party"] if isinstance(p, str)}), architectures=architectures_html(df), summaries={a: _table(t) for a, t in summaries(df).items()},
         previous_id=previous[0].run_id if previous else None,
         changes=None if changes is None else _records(changes),
@@ -254,7 +264,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href, index_label=index_label,
         load_note=load_note(records, meta), advice=advice_rows(records), passes_not_made=passes_rows(records),
-        css=_asset("report.css"), js=_asset("matrix.js"))
+        css=css, js=_asset("matrix.js"))
 
 
 def render_index_html(reports: Path, run_href: Any) -> str:

@@ -12,6 +12,7 @@ from harness.core.run import RunMeta
 from harness.core.status import Status
 from harness.report.aggregate import (
     FAILED,
+    OWN_ERRORS,
     blame_groups,
     floor_note,
     latency_text,
@@ -32,15 +33,17 @@ from harness.report.text import md_code, md_text
 
 S = Status
 GLYPHS = {S.PASS.value: "✅", S.FAIL.value: "❌", S.CRASH.value: "💥", S.TIMEOUT.value: "⏱️",
-          S.XFAIL.value: "⚠️", S.XPASS.value: "❗", S.SKIP.value: "⏭️"}
+          S.XFAIL.value: "⚠️", S.XPASS.value: "❗", S.SKIP.value: "⏭️", S.ERROR.value: "🛠️"}
 LEGEND = ("✅ pass · ❌ fail (first failing stage) · 💥 crash · ⏱️ timeout · ⚠️ known failure (xfail) · "
           "❗ known failure now passing (xpass) · ⏭️ skip · `op18`: opset the file declares when it "
           "differs from the one requested · ms: median latency · †: measured on a loaded machine")
+# Only in runs that have such cells, so that runs without one render as before.
+ERROR_LEGEND = " · 🛠️ error: the matrix's own code failed (no verdict on the model)"
 
 
 def cell_text(row: pd.Series) -> str:
     text = md_text(GLYPHS.get(row["status"], row["status"]))
-    if row["status"] in FAILED and row["stage"]:
+    if row["status"] in FAILED + OWN_ERRORS and row["stage"]:
         text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
         text += " " + latency_text(row["latency"], row.get("floor"), row.get("loaded"), row.get("bimodal"))
@@ -93,6 +96,22 @@ def failures_table(df: pd.DataFrame) -> str:
     if blamed:
         headers.insert(4, "blame")
     return tabulate(rows, headers=headers, tablefmt="github")
+
+
+OWN_ERROR_TEXT = ("The matrix's own code failed on these cells (preparing inputs, measuring a fact): "
+                  "they say nothing about the model, are counted apart from failures and attempts, and "
+                  "are never reused from the store. This is the matrix's fault: report it to the "
+                  "project with the cell's log (it holds the traceback).")
+
+
+def own_errors_section(df: pd.DataFrame) -> str:
+    """The cells the matrix's own code failed on (only in runs that have some)."""
+    bad = df[df["status"].isin(OWN_ERRORS)]
+    if bad.empty:
+        return ""
+    rows = [[md_code(r.cell_id), _short(r.stage, 10), _short(r.error, 160)] for r in bad.itertuples()]
+    table = tabulate(rows, headers=["cell", "stage", "error"], tablefmt="github")
+    return f"## The matrix's own errors\n\n{OWN_ERROR_TEXT}\n\n{table}\n\n"
 
 
 def blame_section(df: pd.DataFrame) -> str:
@@ -194,8 +213,9 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     head += existing_section(meta)
     folded = "Rows skipped on every torch are left out (see the overview's skip lines).\n\n" \
         if skip_only_rows(df).any() else ""
-    return (head + f"{overview_markdown(df)}Legend: {LEGEND}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"
-            f"{architectures_markdown(df)}{advice_markdown(records)}"
+    legend = LEGEND + (ERROR_LEGEND if df["status"].isin(OWN_ERRORS).any() else "")
+    return (head + f"{overview_markdown(df)}Legend: {legend}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"
+            f"{architectures_markdown(df)}{advice_markdown(records)}{own_errors_section(df)}"
             f"## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
             f"{bumps_section(df)}{markdown_sections(records)}{floors_section(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

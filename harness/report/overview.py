@@ -15,6 +15,8 @@ from harness.report.text import md_text
 
 SKIP = Status.SKIP.value
 KNOWN = (Status.XFAIL.value,)
+# Not attempts: a skip, or a cell the matrix's own code failed on (counted on its own line).
+NOT_RUN = (SKIP, Status.ERROR.value)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class SkipLine:
 class Overview:
     grids: list[Grid]
     skips: list[SkipLine]
+    own_errors: int = 0      # cells the matrix's own code failed on: no verdict, counted apart
 
 
 ROW = ["case", "exporter", "opset", "options", "runtime"]
@@ -68,7 +71,7 @@ def skip_only_rows(df: pd.DataFrame) -> pd.Series:
 
 def build_overview(df: pd.DataFrame) -> Overview:
     torches = sorted_torch(df["torch"]) if not df.empty else []
-    ran = df[df["status"] != SKIP]
+    ran = df[~df["status"].isin(NOT_RUN)]
     grids = []
     for runtime, sub in ran.groupby("runtime", sort=True):
         grid = Grid(str(runtime), [t for t in torches if t in set(sub["torch"])])
@@ -86,7 +89,7 @@ def build_overview(df: pd.DataFrame) -> Overview:
     for (runtime, reason), grp in skipped.groupby(["runtime", "reason"], sort=True):
         rows = {tuple(r) for r in grp[ROW].itertuples(index=False)}
         lines.append(SkipLine(str(runtime), str(reason), len(grp), sum(bool(only.get(r, False)) for r in rows)))
-    return Overview(grids, lines)
+    return Overview(grids, lines, int((df["status"] == Status.ERROR.value).sum()) if not df.empty else 0)
 
 
 def overview_context(df: pd.DataFrame) -> dict[str, Any]:
@@ -96,7 +99,7 @@ def overview_context(df: pd.DataFrame) -> dict[str, Any]:
                        "rows": [{"case": case, "cells": [None if c is None else {"kind": c.kind, "text": c.text}
                                                          for c in cells]} for case, cells in g.rows]}
                       for g in ov.grids],
-            "skips": [vars(s) for s in ov.skips]}
+            "skips": [vars(s) for s in ov.skips], "own_errors": ov.own_errors}
 
 
 GLYPH = {Status.PASS.value: "✅", Status.FAIL.value: "❌", "mixed": "◐", Status.XFAIL.value: "⚠️"}
@@ -112,6 +115,9 @@ def overview_markdown(df: pd.DataFrame) -> str:
                  for case, cells in g.rows]
         out.append(f"### {md_text(g.runtime)}\n\n" + tabulate(
             table, headers=["case", *[f"torch {md_text(t)}" for t in g.torches]], tablefmt="github"))
+    if ov.own_errors:
+        out.append(f"**{ov.own_errors} cells have no verdict: the matrix's own code failed on them** "
+                   "(see \"The matrix's own errors\" below; not counted above)")
     if ov.skips:
         out.append("**Skipped**\n\n" + "\n".join(f"- {md_text(s.runtime)}: {s.cells} cells skipped: "
                                                  f"{md_text(s.reason, 200)}" for s in ov.skips))

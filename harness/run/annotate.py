@@ -142,5 +142,28 @@ class Annotator:
                 rec.reason = f"listed as known failure but passes: {known.reason} ({known.link})"
         rec.signature = signature(rec)
         if rec.error:
-            rec.hint = hint_for(rec, self.hints)
+            rec.hint = fact_hint(rec) or hint_for(rec, self.hints)
         return rec
+
+
+def fact_hint(rec: Record) -> str | None:
+    """A failing cell whose own record says which dim torch fixed and why (``graph.export_specialised``:
+    a silent re-export or the export's failure, with the model's line; ``graph.specialised`` with
+    an example size of 0 or 1) gets the remedy that fits that cause, not a generic one."""
+    if not rec.status.is_failure or rec.stage not in ("export", "run", "parity"):
+        return None
+    graph = rec.graph or {}
+    for fact in graph.get("export_specialised") or []:
+        if isinstance(fact, dict) and fact.get("remedy"):
+            at = f" at {fact['source']}" if fact.get("source") else ""
+            return f"torch.export fixed {fact.get('dim')} to {fact.get('value')}{at}: {fact['remedy']}"
+    if rec.stage == "export":
+        return None
+    zero_one = [f for f in graph.get("specialised") or [] if isinstance(f, dict)
+                and f.get("value") in (0, 1) and f.get("example") == f.get("value")]
+    zero_one += [f for f in graph.get("zero_one") or [] if isinstance(f, dict)]
+    for fact in zero_one:
+        return (f"{fact.get('dim')} has example size {fact.get('example')}, which torch.export specialises "
+                f"(the file fails when {fact.get('dim')} grows): give an example with {fact.get('dim')} >= 2 "
+                "(or the case's own second_inputs)")
+    return None

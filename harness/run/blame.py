@@ -157,13 +157,16 @@ def size_to_constant_lines(model: Any) -> list[str]:
 
 # ---- the rungs ---------------------------------------------------------------------------------
 
-def _compare(references: list[list[Any]], outputs: list[list[Any]], atol: float, rtol: float) -> str | None:
-    """None when every shape agrees with eager, else what differs first."""
+def _compare(references: list[list[Any]], outputs: list[list[Any]], atol: float, rtol: float,
+             floors: list[Any] | None = None) -> str | None:
+    """None when every shape agrees with eager, else what differs first; judged as the cell was
+    (``floors``: the model's own noise per shape, ``harness.run.noise``)."""
     from harness.run.parity import ParityError, compare_outputs
 
     for i, (ref, out) in enumerate(zip(references, outputs)):
         try:
-            compare_outputs(ref, out, atol, rtol, "example shape" if i == 0 else "second shape")
+            compare_outputs(ref, out, atol, rtol, "example shape" if i == 0 else "second shape",
+                            floors[i] if floors is not None and i < len(floors) else None)
         except ParityError as exc:
             return str(exc)
     return None
@@ -176,7 +179,7 @@ def _rung(name: str, outcome: str, detail: str = "", seconds: float | None = Non
     return out
 
 
-def _judge(name: str, run_shapes, references, atol, rtol) -> dict[str, Any]:
+def _judge(name: str, run_shapes, references, atol, rtol, floors=None) -> dict[str, Any]:
     """Run ``run_shapes()`` (outputs per shape; raises at the shape that fails) and compare."""
     from harness.run.stages import short_error
 
@@ -185,13 +188,14 @@ def _judge(name: str, run_shapes, references, atol, rtol) -> dict[str, Any]:
         outputs = run_shapes()
     except Exception as exc:  # noqa: BLE001 - a rung's failure is evidence, not the cell's
         return _rung(name, "fails", short_error(exc), time.perf_counter() - t0)
-    differs = _compare(references, outputs, atol, rtol)
+    differs = _compare(references, outputs, atol, rtol, floors)
     return _rung(name, "differs" if differs else "agrees", differs or "", time.perf_counter() - t0)
 
 
 
 
-def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, atol, rtol) -> dict[str, Any]:
+def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, atol, rtol,
+                   floors=None) -> dict[str, Any]:
     """The ONNX reference evaluator in a subprocess capped at ``HARNESS_BLAME_REFERENCE_S``."""
     import numpy as np
 
@@ -227,7 +231,7 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
     seconds = time.perf_counter() - t0
     if result.get("error"):   # the file fails in the reference at a shape eager accepts
         return _rung("onnx-reference", "fails", result["error"], seconds)
-    differs = _compare(references, outputs, atol, rtol)
+    differs = _compare(references, outputs, atol, rtol, floors)
     return _rung("onnx-reference", "differs" if differs else "agrees", differs or "", seconds)
 
 
@@ -265,7 +269,8 @@ def _reference_main(folder: Path) -> None:
     (folder / "result.json").write_text(json.dumps(result))
 
 
-def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, rtol, threads) -> dict[str, Any]:
+def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, rtol, threads,
+              floors=None) -> dict[str, Any]:
     try:
         import onnxruntime as ort
     except ImportError:
@@ -282,10 +287,11 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
         names = [i.name for i in sess.get_inputs()]
         return [[__import__("numpy").asarray(o) for o in sess.run(None, _match_feeds(f, names))] for f in feeds]
 
-    return _judge(name, run_shapes, references, atol, rtol)
+    return _judge(name, run_shapes, references, atol, rtol, floors)
 
 
-def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, references, atol, rtol) -> dict[str, Any]:
+def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, references, atol, rtol,
+                  floors=None) -> dict[str, Any]:
     from harness.run.stages import _match_feeds
     from harness.runtimes import load_adapter
 
@@ -297,7 +303,7 @@ def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, referen
             names = adapter.input_names()
             return [[__import__("numpy").asarray(o) for o in adapter.infer(_match_feeds(f, names))] for f in feeds]
 
-    return _judge(name, run_shapes, references, atol, rtol)
+    return _judge(name, run_shapes, references, atol, rtol, floors)
 
 
 # ---- classification ----------------------------------------------------------------------------
@@ -356,7 +362,31 @@ def classify(rec: Record, rungs: list[dict[str, Any]], specialised: list[dict[st
                  "cannot tell the file from the runtimes", None, rungs)
 
 
-def _shared_rungs(ctx: Any, feeds, references, atol, rtol) -> list[dict[str, Any]]:
+def specialisation_blame(rec: Record, graph: dict[str, Any], rungs: list[dict[str, Any]],
+                         size_lines: list[str] = ()) -> Blame | None:
+    """A failure at the second shape whose cause torch itself named while exporting: a dim it
+    fixed to one value (``graph.export_specialised``: the silent re-export or the error, with the
+    model's line, else the model's own size-to-constant line), or an example size of 0 or 1 the
+    file fixed. Both are the case's own doing (its code or its example), with the remedy that
+    fits; a fact with neither a line nor a 0/1 example is left to ``classify``."""
+    if not _second_shape_failure(rec):
+        return None
+    for fact in graph.get("export_specialised") or []:
+        zero_one = fact.get("value") in (0, 1) and fact.get("example") == fact.get("value")
+        source = fact.get("source") or (size_lines[0] if size_lines and not zero_one else None)
+        if source is None and not zero_one:
+            continue
+        at = f" at {source}" if source else ""
+        return Blame("model-code", f"torch.export fixed {fact['dim']} to {fact['value']}{at} ({fact['how']}); "
+                     f"{fact['remedy']}", None, rungs, source=source)
+    for fact in graph.get("specialised") or []:
+        if fact.get("value") in (0, 1) and fact.get("example") == fact.get("value"):
+            return Blame("model-code", f"{fact['note']}: the example's size {fact['value']}, which torch.export "
+                         f"specialises; give an example with {fact['dim']} >= 2", None, rungs)
+    return None
+
+
+def _shared_rungs(ctx: Any, feeds, references, atol, rtol, floors=None) -> list[dict[str, Any]]:
     """The rungs that depend on the file only (reference, ONNX Runtime), run once per export
     group: every runtime cell of a group shares its file and inputs."""
     stat = ctx.onnx_path.stat()
@@ -364,9 +394,11 @@ def _shared_rungs(ctx: Any, feeds, references, atol, rtol) -> list[dict[str, Any
     cached = getattr(ctx, "_blame_rungs", None)
     if cached is not None and cached[0] == key:
         return [{**r, "shared": True} for r in cached[1]]
-    rungs = [reference_rung(ctx.onnx_path, feeds, references, atol, rtol),
-             _ort_rung("ort-disable-all", ctx.onnx_path, "ORT_DISABLE_ALL", feeds, references, atol, rtol, ctx.job.threads),
-             _ort_rung("ort-default", ctx.onnx_path, "ORT_ENABLE_ALL", feeds, references, atol, rtol, ctx.job.threads)]
+    rungs = [reference_rung(ctx.onnx_path, feeds, references, atol, rtol, floors),
+             _ort_rung("ort-disable-all", ctx.onnx_path, "ORT_DISABLE_ALL", feeds, references, atol, rtol,
+                       ctx.job.threads, floors),
+             _ort_rung("ort-default", ctx.onnx_path, "ORT_ENABLE_ALL", feeds, references, atol, rtol,
+                       ctx.job.threads, floors)]
     ctx._blame_rungs = (key, rungs)
     return rungs
 
@@ -397,23 +429,34 @@ def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
     if rec.stage == "export":
         if failure is None:
             return Blame("unknown", "the export failure's exception is not at hand")
-        return blame_export(failure.exc, rec.exporter)
+        blame = blame_export(failure.exc, rec.exporter)
+        # torch named the dim it fixed while tracing, and the model's line on the stack then
+        fact = next((f for f in getattr(ctx, "export_facts", []) or [] if f.get("source")), None)
+        if fact is not None and blame.party == "model-code":
+            blame.source = fact["source"]
+            blame.reason = (f"torch.export fixed {fact['dim']} to {fact['value']} at {fact['source']}: "
+                            f"{fact['remedy']}")
+        return blame
     if rec.stage == "check":
         return Blame("exporter", f"the ONNX checker rejects the exported file: {rec.error or ''}"[:300],
                      EXPORTER_REPOSITORIES.get(rec.exporter, "pytorch/pytorch"),
                      [_rung("onnx-checker", "fails", rec.error or "")])
     atol, rtol = ctx.spec.atol, ctx.spec.rtol
     feeds, references = ctx.feeds, ctx.references
-    rungs = [dict(r) for r in _shared_rungs(ctx, feeds, references, atol, rtol)]
+    # Every fp32 rung is judged as the cell is: atol / rtol and the model's own noise.
+    floors_of = getattr(ctx, "floors", None)
+    floors = [floors_of(i) for i in range(len(references))] if floors_of is not None else None
+    rungs = [dict(r) for r in _shared_rungs(ctx, feeds, references, atol, rtol, floors)]
     precision = str(rec.options.get("precision") or ctx.group.options.precision or "fp32")
     reduced = precision != "fp32"
     if reduced:
-        rungs.append(_runtime_rung("runtime-fp32", cell, ctx, "fp32", feeds, references, atol, rtol))
+        rungs.append(_runtime_rung("runtime-fp32", cell, ctx, "fp32", feeds, references, atol, rtol, floors))
     rungs.append(_rung("runtime", "fails" if rec.stage in ("load", "run") else "differs",
                        f"{rec.runtime} ({precision}): {rec.error or ''}"))
-    graph = getattr(ctx, "graph", None) or {}
+    graph = rec.graph or getattr(ctx, "graph", None) or {}   # the cell's own facts (confirmed dims)
     size_lines = size_to_constant_lines(ctx.spec.model)
-    blame = classify(rec, rungs, list(graph.get("specialised") or []), size_lines, reduced)
+    blame = specialisation_blame(rec, graph, rungs, size_lines) or classify(
+        rec, rungs, list(graph.get("specialised") or []), size_lines, reduced)
     if blame.party == "exporter" and rec.stage == "parity":
         from harness.run.divergence import first_divergence
 

@@ -2,6 +2,12 @@
 axis), what the exported file says about its inputs and outputs, and which dims the case
 declared dynamic that the exporter silently fixed.
 
+What the file really does decides: a dim is fixed where the file's dim is a number, and kept
+dynamic where it is a symbol, whatever the symbol's name (torch 2.6's dynamo exporter names some
+dynamic dims by their example size, '2', after logging "Ignored guard s0 == 2"; such files run
+at other sizes). A dim the exported program pins to one value while the file keeps a symbol is
+only a candidate (``pinned``): the second shape confirms it or not (``harness.run.second_shape``).
+
 Worker side: standard library at module level; torch and onnx lazily.
 """
 from __future__ import annotations
@@ -41,13 +47,9 @@ def io_facts(model: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 def fixed_size(dim: Any) -> int | None:
-    """The size of a dim the file fixes: an int, or a dim_param that is only digits ('6', as
-    some exporters write a specialised dim)."""
-    if isinstance(dim, int):
-        return dim
-    if isinstance(dim, str) and dim.isdigit():
-        return int(dim)
-    return None
+    """The size of a dim the file fixes: a number (``dim_value``). A ``dim_param`` is a symbol
+    whatever its name, digits included ('2'): the runtime accepts any size there."""
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) else None
 
 
 # ---- silent specialisation ------------------------------------------------------------------
@@ -56,9 +58,11 @@ def specialised_dims(dims: dict[str, dict[int, str]], names: list[str], graph: d
                      program: Any = None) -> list[dict[str, Any]]:
     """Dims the case declared dynamic that the export fixed to a number.
 
-    Read from the file's inputs (a number where a name was asked for), else from the exported
-    program torch.onnx returns (a placeholder dim that is an int, or a symbol whose range is one
-    value: the file may keep a symbolic name while its Reshape targets are baked).
+    Read from the file's inputs (a number where a name was asked for: ``where`` "graph input",
+    certain), else from the exported program torch.onnx returns (a placeholder dim that is an
+    int, or a symbol whose range is one value: ``where`` "exported program", with the file's
+    ``symbol``). The latter is a candidate only: the file may keep the dim dynamic (torch 2.6)
+    or have its Reshape targets baked (torch 2.13's Dim.AUTO); the second shape tells.
     """
     inputs = (graph.get("io") or {}).get("inputs") or []
     by_name = {s["name"]: s for s in inputs}
@@ -77,12 +81,12 @@ def specialised_dims(dims: dict[str, dict[int, str]], names: list[str], graph: d
                 where = "exported program"
             if value is None:
                 continue
-            note = f"{dim_name} was fixed to {value} by the exporter ({name} dim {axis}"
+            fact = {"dim": dim_name, "input": name, "axis": axis, "value": value, "where": where}
             if where == "exported program":
-                kept = shape[axis] if axis < len(shape) else None
-                note += f"; the file keeps the symbolic dim {kept!r}" if kept else ""
-            found.append({"dim": dim_name, "input": name, "axis": axis, "value": value,
-                          "where": where, "note": note + ")"})
+                fact["symbol"] = shape[axis] if axis < len(shape) else None
+            else:
+                fact["note"] = f"{dim_name} was fixed to {value} by the exporter ({name} dim {axis})"
+            found.append(fact)
     return found
 
 
@@ -118,9 +122,26 @@ def _program_sizes(program: Any, count: int) -> list[list[int | None] | None]:
 
 
 def note_specialised(graph: dict[str, Any], dims: dict[str, dict[int, str]], names: list[str],
-                     program: Any = None) -> list[str]:
-    """Record the fixed dims in ``graph['specialised']``; return their notes for the record."""
+                     program: Any = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Record the dims the file fixes in ``graph['specialised']``; return their notes for the
+    record, and the dims only the exported program pins (for the second shape to confirm)."""
     found = specialised_dims(dims, names, graph, program)
-    if found:
-        graph["specialised"] = found
-    return [f["note"] for f in found]
+    fixed = [f for f in found if f["where"] == "graph input"]
+    if fixed:
+        graph["specialised"] = fixed
+    return [f["note"] for f in fixed], [f for f in found if f["where"] != "graph input"]
+
+
+def digit_symbols(dims: dict[str, dict[int, str]], graph: dict[str, Any]) -> list[str]:
+    """Notes on declared dims the file names with a digit-only symbol ('2'): a name, not a size."""
+    inputs = {s["name"]: s for s in (graph.get("io") or {}).get("inputs") or []}
+    named: dict[tuple[str, str], list[str]] = {}
+    for name, axes in sorted(dims.items()):
+        shape = (inputs.get(name) or {}).get("shape") or []
+        for axis, dim_name in sorted(axes.items()):
+            param = shape[axis] if axis < len(shape) else None
+            if isinstance(param, str) and param.isdigit():
+                named.setdefault((dim_name, param), []).append(f"{name} dim {axis}")
+    return [f"{dim_name} is named {param!r} in the file ({', '.join(where)}): a symbol, not a size (torch "
+            "names it after the example's size when it ignores a guard); the file keeps it dynamic"
+            for (dim_name, param), where in sorted(named.items())]

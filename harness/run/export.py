@@ -4,6 +4,7 @@ Runs inside worker environments: torch and onnx are imported lazily.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 from collections import Counter
@@ -126,14 +127,16 @@ def _call_arguments(inputs: CaseInputs, exporter: str, supported: set[str]) -> t
 def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
                  outputs: list[str] | None = None,
-                 dim_policy: str | None = None) -> tuple[str | None, Any, dict[str, Any] | None]:
+                 dim_policy: str | None = None,
+                 log: Any = None) -> tuple[str | None, Any, dict[str, Any] | None]:
     """Export exactly as a user calling torch.onnx.export would, for the installed torch.
 
     Returns how dynamic dims were marked (recorded as ``options["dim_marking"]``; None when
     static) and what torch.onnx.export returned (dynamo: the ONNXProgram, whose exported program
     tells which dims were fixed), plus facts for the record's graph (the optimum exporter's
     validation). ``dim_policy`` (dynamo only) marks dims as a user would write them instead of as
-    the release converts ``dynamic_axes``.
+    the release converts ``dynamic_axes``. ``log`` (an ``harness.run.export_log.ExportLog``)
+    listens to what torch says while a dynamo export runs; it changes nothing in the export.
     """
     import torch
 
@@ -154,7 +157,8 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     args, kwargs, marking = export_arguments(spec, exporter, opset, dynamic, constant_folding, outputs,
                                              dim_policy, supported)
     call = _call_source(spec, args, kwargs)
-    result = torch.onnx.export(spec.model, args, str(path), **kwargs)
+    with (log.watching() if log is not None and exporter == "dynamo" else contextlib.nullcontext()):
+        result = torch.onnx.export(spec.model, args, str(path), **kwargs)
     if exporter != "dynamo":
         return marking, None, call
     if not path.exists() and result is not None:  # very early dynamo=True releases

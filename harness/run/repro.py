@@ -272,6 +272,11 @@ def repro_script(ctx: Any, cell: Any, rec: Record, copy_to: Path | None = None) 
     spec, g = ctx.spec, ctx.group
     if spec is None:
         raise NotScriptable("the case was not built")
+    if not getattr(ctx, "feeds", None):
+        # A failure at reference: torch eager itself raised before any input was saved (a
+        # repro.py would load an inputs.npz that was never written).
+        raise NotScriptable("the cell failed at reference, before any input was saved or anything exported: "
+                            "the case function and its model in torch eager reproduce it")
     if g.exporter not in ("torchscript", "dynamo"):
         raise NotScriptable(f"exporter {g.exporter} is not torch.onnx.export")
     case_file, case_fn = case_source(g, Path(ctx.job.base_dir))

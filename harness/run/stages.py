@@ -26,12 +26,23 @@ from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
 from harness.run.dims import note_specialised
+from harness.run.export_log import ExportLog
 from harness.run.inputs import dims_by_name
 from harness.run.runtime_probe import SPOOL_EXPECTED, SPOOL_FEEDS, SPOOL_META, read_spooled, write_spool  # noqa: F401
 
 
 class SecondShapeError(RuntimeError):
     """The graph runs at the example shape but rejects a shape that differs in the dynamic dims."""
+
+
+class OwnError(RuntimeError):
+    """The matrix's own code failed on a cell (preparing its inputs, reading its outputs): the
+    cell's status is ``error``, never a verdict on the model."""
+
+
+# What an ``error`` record says besides its error (``Record.reason``).
+OWN_ERROR_REASON = ("this is the matrix's fault, not the model's: the project's own code failed on "
+                    "this cell (the traceback is in the cell's log); report it to the project")
 
 
 class StageFailure(Exception):
@@ -97,6 +108,8 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
         if isinstance(exc, (RuntimeUnavailable, CaseSkipped)):
             raise StageFailure(which, exc, Status.SKIP) from exc
         traceback.print_exc()
+        if isinstance(exc, OwnError):
+            raise StageFailure(which, exc, Status.ERROR) from exc
         raise StageFailure(which, exc) from exc
     finally:
         durations[name] = round(durations.get(name, 0.0) + time.perf_counter() - t0, 6)
@@ -156,6 +169,9 @@ class GroupContext:
         self.references: list[list[Any]] = []
         self.output_paths: list[tuple] = []
         self.second_shape: dict[str, Any] | None = None   # how the second shape was checked
+        self.noise: dict[str, Any] | None = None          # the model's own float32 noise (run.noise)
+        self.export_facts: list[dict[str, Any]] = []      # dims torch fixed while exporting (export_log)
+        self.pinned: list[dict[str, Any]] = []            # dims only the exported program pins
         self.dim_marking: str | None = None
         self.program: Any = None
         self.clock: dict[str, float] = {}            # wall and CPU seconds of the shared stages
@@ -224,16 +240,21 @@ class GroupContext:
             named = getattr(self.spec.model, "onnx_output_names", None)   # the case names them
             if named and len(named) == len(outputs):
                 outputs = list(named)
-            with stage(Stage.EXPORT, self.durations):
-                self.dim_marking, program, facts = exp.export_model(
-                    self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
-                    constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy)
-                self.program = program   # torch.onnx's ONNXProgram (dynamo): node values for a blame
+            log = ExportLog()
+            try:
+                with stage(Stage.EXPORT, self.durations):
+                    self.dim_marking, program, facts = exp.export_model(
+                        self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
+                        constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy,
+                        log=log)
+                    self.program = program   # torch.onnx's ONNXProgram (dynamo): node values for a blame
+            except StageFailure as failure:
+                self._note_export_log(log, failure.exc)
+                raise
+            self._note_export_log(log, None)
             with stage(Stage.CHECK, self.durations):
-                self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {})}
-                # dims the case declared dynamic that the exporter fixed
-                self.notes += note_specialised(self.graph, dims_by_name(self.dims, self.spec.example),
-                                               names, program)
+                self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {}), **self.graph}
+                self._note_dims(names, program)
                 # Names given at export are what deployment code feeds and fetches by: a lost
                 # name is a note (the cell still runs by position), not a failure.
                 for kind, given in (("input", names), ("output", outputs)):
@@ -245,37 +266,105 @@ class GroupContext:
         except StageFailure as failure:
             self.failure = failure
 
+    def _note_export_log(self, log: Any, failure: BaseException | None) -> None:
+        """What torch said while exporting (``harness.run.export_log``): a dim it fixed to one
+        value, by a silent re-export with its suggested fix or in the error that ended the export,
+        with the model's source line and the remedy that fits; kept in ``graph.export_specialised``."""
+        try:
+            self.export_facts = log.facts(self.spec.example, self.dims, failure)
+        except Exception:  # noqa: BLE001 - a diagnosis; never changes the verdict
+            traceback.print_exc()
+            return
+        for f in self.export_facts:
+            at = f" at {f['source']}" if f.get("source") else ""
+            if f["how"] == "re-exported":
+                self.notes.append(f"torch.onnx exported the model again with torch.export's suggested fix: "
+                                  f"{f['dim']} was inferred to be a constant ({f['value']}){at}, so the file "
+                                  f"fixes {f['dim']} to {f['value']} ({f['input']} dim {f['axis']}); "
+                                  f"remedy: {f['remedy']}")
+            else:
+                self.notes.append(f"torch.export specialised {f['dim']} to {f['value']}{at} ({f['input']} dim "
+                                  f"{f['axis']}); remedy: {f['remedy']}")
+        if self.export_facts:
+            self.graph["export_specialised"] = self.export_facts
+
+    def _note_dims(self, names: list[str], program: Any) -> None:
+        """Dims the case declared dynamic that the file fixes (certain: a number in the file),
+        those only the exported program pins (candidates for the second shape to confirm), names
+        that are digits, and the 0/1 specialisation where it fixed a dim."""
+        from harness.run.dims import digit_symbols
+        from harness.run.second_shape import zero_one_note
+
+        by_name = dims_by_name(self.dims, self.spec.example)
+        notes, self.pinned = note_specialised(self.graph, by_name, names, program)
+        self.notes += notes + digit_symbols(by_name, self.graph)
+        explained = {f["dim"] for f in self.export_facts}
+        sizes = {n: int(self.spec.example.node(k).shape[d]) for k, ds in self.dims.items() for d, n in ds.items()}
+        for f in [*self.graph.get("specialised", []), *self.pinned]:
+            f["example"] = sizes.get(f["dim"])
+        for f in self.graph.get("specialised", []):
+            if (self.group.exporter == "dynamo" and f["dim"] not in explained and f["value"] in (0, 1)
+                    and sizes.get(f["dim"]) == f["value"]):
+                explained.add(f["dim"])
+                self.notes.append(zero_one_note(f["dim"], f["value"], f"fixed it to {f['value']} in the file"))
+
     def _references(self) -> None:
         """Eager outputs at the example inputs (a failure fails the cell at ``reference``) and at
         the second shape: the case's own ``second_inputs``, else inputs grown in every dynamic
         dim. Eager rejecting the second shape is a note, and the cell is checked at the example
-        shape only."""
+        shape only. What the matrix's own code does here (reading outputs, growing inputs,
+        taking feeds) raises ``OwnError`` when it fails: the cell is an ``error``, not the model's
+        failure. Last, the model's own float32 noise at each shape (``harness.run.noise``)."""
         import torch
 
         from harness.run.parity import output_leaves, second_shape_inputs
 
         spec = self.spec
         with torch.no_grad():
-            leaves = output_leaves(spec.example.call(spec.model))
+            outputs = spec.example.call(spec.model)
+        leaves = _own("reading the model's outputs", output_leaves, outputs)
         self.output_paths = [p for p, _ in leaves]
         self.shapes, self.references = [spec.example], [[a for _, a in leaves]]
-        second, source = self._second_inputs(second_shape_inputs)
+        second, source = _own("generating the second-shape inputs from the example",
+                              self._second_inputs, second_shape_inputs)
         if second is not None:
+            refused: Exception | None = None
             try:
                 with torch.no_grad():
-                    self.references.append([a for _, a in output_leaves(second.call(spec.model))])
+                    outputs = second.call(spec.model)
+            except Exception as exc:  # noqa: BLE001 - the model's own verdict on those inputs
+                refused = exc
+            if refused is None:
+                self.references.append([a for _, a in _own("reading the model's outputs", output_leaves, outputs)])
                 self.shapes.append(second)
                 self.second_shape = {"checked": True, "source": source}
-            except Exception as exc:  # noqa: BLE001 - the model's own verdict on those inputs
-                traceback.print_exc()
+            else:
+                traceback.print_exception(refused)
                 reason = f"eager-rejects-{source}-second-shape"
-                shapes = {n: list(v.shape) for n, v in second.feeds().items()}
+                shapes = {n: list(v.shape) for n, v in _own("taking the inputs' feeds", second.feeds).items()}
                 self.second_shape = {"checked": False, "source": source, "reason": reason,
-                                     "error": short_error(exc)}
+                                     "error": short_error(refused)}
                 self.notes.append(f"second shape not checked ({reason}): torch eager rejects the "
-                                  f"{source} inputs {shapes}: {short_error(exc)}; the verdict is "
+                                  f"{source} inputs {shapes}: {short_error(refused)}; the verdict is "
                                   "for the example shape only")
-        self.feeds = [s.feeds() for s in self.shapes]
+        self.feeds = _own("taking the inputs' feeds", lambda: [s.feeds() for s in self.shapes])
+        self._measure_noise()
+
+    def _measure_noise(self) -> None:
+        """The model's own float32 noise per shape and output (``harness.run.noise``). A model it
+        cannot be measured on is judged by atol / rtol alone, with the reason kept."""
+        from harness.run import noise
+
+        try:
+            self.noise = noise.measure(self.spec.model, self.shapes, self.references)
+        except Exception as exc:  # noqa: BLE001 - a fact not taken; the verdict does not need it
+            traceback.print_exc()
+            self.noise = {"method": None, "error": short_error(exc)}
+
+    def floors(self, shape: int) -> list[float | None] | None:
+        """The noise floors of one shape's outputs, None where none was measured."""
+        floors = (self.noise or {}).get("floors") or []
+        return floors[shape] if shape < len(floors) else None
 
     def _second_inputs(self, grow) -> tuple[Any, str]:
         spec = self.spec
@@ -289,6 +378,14 @@ class GroupContext:
         if self.dims:
             return grow(spec.example, self.dims), "generated"
         return None, ""
+
+
+def _own(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, where a failure is the matrix's own (``OwnError``), never the model's."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise OwnError(f"the matrix's own code failed {what}: {short_error(exc)}") from exc
 
 
 def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Record:
@@ -315,6 +412,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
 
 def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[str, float]) -> None:
     from harness.run.latency import measure, runtime_floor
+    from harness.run.noise import summary as noise_summary
     from harness.run.parity import ParityError, compare_outputs
     from harness.runtimes import load_adapter
 
@@ -341,7 +439,8 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
                 except Exception as exc:
                     if i == 0:
                         raise
-                    raise _second_shape_error(ctx, adapter, graph_inputs, use, exc) from exc
+                    outcomes = _probe_dims(ctx, rec, adapter, graph_inputs, judge=False)
+                    raise _second_shape_error(ctx, use, exc, outcomes) from exc
         with stage(Stage.PARITY, durations):
             # Every shape is compared, and its numbers kept, also when one fails: the record
             # of a parity failure says by how much, where, per output and per shape.
@@ -350,10 +449,13 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
             if ctx.second_shape:
                 parity.extra["second_shape"] = dict(ctx.second_shape)
             failed: ParityError | None = None
+            # The model's own noise is judged at fp32 only (a reduced precision is its own budget).
+            judged = g.options.precision == "fp32"
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
                 label = "example shape" if i == 0 else "second shape"
                 try:
-                    stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label)
+                    stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label,
+                                            ctx.floors(i) if judged else None)
                 except ParityError as exc:
                     stats, failed = {**exc.stats, "failed": True}, failed or exc
                 rec.notes.extend(stats.pop("notes", []))   # NaN/Inf where eager has them too
@@ -362,6 +464,16 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
             for k in ("max_abs", "max_rel"):
                 found = [s[k] for s in parity.shapes if s.get(k) is not None]
                 setattr(parity, k, max(found) if found else None)
+            parity.noise = noise_summary(ctx.noise, parity.shapes, judged)
+            if failed is not None and len(parity.shapes) > 1 and not parity.shapes[0].get("failed"):
+                from harness.run.second_shape import culprit_text
+
+                # Right at the example, wrong at the second shape: which dim, grown alone, does it.
+                outcomes = _probe_dims(ctx, rec, adapter, graph_inputs, judge=True)
+                culprits = culprit_text(ctx, outcomes)
+                if culprits:
+                    failed = ParityError(f"{failed} (differs when growing {', '.join(culprits)} alone)",
+                                         failed.stats)
             if failed is not None:
                 raise failed
         if job.phase != PHASE_VERDICTS:   # in a run's verdict phase, latency comes later
@@ -376,6 +488,8 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
         rec.error = short_error(failure.exc)
         if failure.status is Status.SKIP:
             rec.reason = str(failure.exc)
+        elif failure.status is Status.ERROR:
+            rec.reason = OWN_ERROR_REASON
     finally:
         if adapter is not None:
             rec.versions.setdefault("runtime", adapter_cls.version())
@@ -386,14 +500,29 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
                 adapter.deactivate()
 
 
-def _second_shape_error(ctx: GroupContext, adapter: Any, graph_inputs: list[str],
-                        feeds: dict[str, Any], exc: Exception) -> SecondShapeError:
+def _probe_dims(ctx: GroupContext, rec: Record, adapter: Any, graph_inputs: list[str],
+                judge: bool) -> dict[str, str]:
+    """Each generated dynamic dim grown alone (``harness.run.second_shape``), and what that
+    confirms on the record; nothing for the case's own second inputs."""
+    from harness.run.second_shape import dim_outcomes, explain
+
+    if not ctx.dims or (ctx.second_shape or {}).get("source") == "case":
+        return {}
+    outcomes = dim_outcomes(ctx, adapter, graph_inputs, judge)
+    explain(ctx, rec, outcomes)
+    return outcomes
+
+
+def _second_shape_error(ctx: GroupContext, feeds: dict[str, Any], exc: Exception,
+                        outcomes: dict[str, str]) -> SecondShapeError:
+    from harness.run.second_shape import culprit_text
+
     shapes = {n: list(v.shape) for n, v in feeds.items()}
     dims = dims_by_name(ctx.dims, ctx.spec.example)
     if ctx.second_shape and ctx.second_shape.get("source") == "case":
         where = "the case's second_inputs"
     else:
-        where = "growing " + (", ".join(_culprit_dims(ctx, adapter, graph_inputs)) or "all dims together")
+        where = "growing " + (", ".join(culprit_text(ctx, outcomes, ("rejected",))) or "all dims together")
     return SecondShapeError(f"at second shape {shapes}: rejected when {where} "
                             f"(dynamic dims {dims}): {short_error(exc)}")
 
@@ -415,6 +544,8 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
         # same file against on another runtime release (harness.run.runtime_probe).
         np.savez(folder / SPOOL_EXPECTED, *[_to_numpy(a) for a in ctx.references[0]])
         meta.update(outputs=len(ctx.references[0]), atol=ctx.spec.atol, rtol=ctx.spec.rtol)
+        if ctx.group.options.precision == "fp32" and ctx.floors(0) is not None:
+            meta["floors"] = ctx.floors(0)
     write_spool(folder, ctx.onnx_path.name, ctx.feeds[0],
                 [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], **meta)
 
@@ -474,25 +605,6 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> 
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec
-
-
-def _culprit_dims(ctx: GroupContext, adapter: Any, graph_inputs: list[str]) -> list[str]:
-    """Grow one named dynamic dim at a time to say which input and dim the graph rejects."""
-    from harness.run.inputs import iter_dims
-    from harness.run.parity import second_shape_inputs
-
-    names = {leaf.key: leaf.name for leaf in ctx.spec.example.leaves()}
-    culprits = []
-    for dim_name in sorted({name for _, _, name in iter_dims(ctx.dims)}):
-        only = {key: {d: n for d, n in ds.items() if n == dim_name} for key, ds in ctx.dims.items()}
-        only = {key: ds for key, ds in only.items() if ds}
-        feeds = second_shape_inputs(ctx.spec.example, only).feeds()
-        try:
-            adapter.infer(_match_feeds(feeds, graph_inputs))
-        except Exception:  # noqa: BLE001 - probing which dim the graph rejects
-            where = [f"{names[key]} dim {d}" for key, ds in only.items() for d in ds]
-            culprits.append(f"'{dim_name}' ({', '.join(where)})")
-    return culprits
 
 
 def _match_feeds(feeds: dict[str, Any], graph_inputs: list[str]) -> dict[str, Any]:

@@ -96,9 +96,7 @@ class OpenCvDnnAdapter(RuntimeAdapter):
         if self.threads:
             cv2.setNumThreads(int(self.threads))
         self._inputs, self._outputs = graph_io(str(self.model_path))
-        self.net = call_readably(cv2.dnn.readNetFromONNX, str(self.model_path))
-        self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-        self.net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+        self._load_net()
         layers = set(self.net.getLayerNames() or ())
         unconnected = list(self.net.getUnconnectedOutLayersNames() or ())
         if all(o in layers for o in self._outputs) or not unconnected:
@@ -109,6 +107,13 @@ class OpenCvDnnAdapter(RuntimeAdapter):
         self.facts.update({"backend": "DNN_BACKEND_OPENCV", "target": "DNN_TARGET_CPU",
                            "opencv": cv2.__version__, "threads": cv2.getNumThreads(),
                            "outputs_forwarded": list(self._forward_names)})
+
+    def _load_net(self) -> None:
+        import cv2
+
+        self.net = call_readably(cv2.dnn.readNetFromONNX, str(self.model_path))
+        self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+        self.net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
 
     def input_names_impl(self) -> list[str]:
         return list(self._inputs)
@@ -121,6 +126,12 @@ class OpenCvDnnAdapter(RuntimeAdapter):
         return list(call_readably(self.net.forward, self._forward_names))
 
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        # A new shape gets a freshly read network: the net keeps the blobs and shapes it
+        # allocated for the previous inputs, and no output may be a previous call's.
+        shapes = tuple((n, tuple(np.shape(v))) for n, v in sorted(feeds.items()))
+        if shapes != getattr(self, "_net_shapes", shapes):
+            self._load_net()
+        self._net_shapes = shapes
         self._set_inputs(feeds)
         return [np.array(o, copy=True) for o in self._forward()]
 

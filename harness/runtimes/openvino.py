@@ -114,9 +114,13 @@ class OpenVinoAdapter(RuntimeAdapter):
 
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         # Feeds are keyed by graph input name; the model keeps its dynamic dims, so every call
-        # may use a new shape. Outputs are copied: the request reuses its buffers.
-        call_readably(self.request.infer, {name: _contiguous(v) for name, v in feeds.items()})
-        return [self.request.get_output_tensor(i).data.copy() for i in range(len(self.compiled.outputs))]
+        # may use a new shape. Each call gets a fresh request: a reused one keeps the previous
+        # call's output tensors, and OpenVINO 2026.4 with PERFORMANCE_HINT=LATENCY runs a
+        # shape-baked file at a new shape without raising and leaves them there (the previous
+        # shape's output came back as this one's). Outputs are copied out of its buffers.
+        request = self.compiled.create_infer_request()
+        call_readably(request.infer, {name: _contiguous(v) for name, v in feeds.items()})
+        return [request.get_output_tensor(i).data.copy() for i in range(len(self.compiled.outputs))]
 
     def timed_call(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
         import openvino as ov

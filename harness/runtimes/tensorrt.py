@@ -188,7 +188,11 @@ class TensorRTAdapter(RuntimeAdapter):
             shape = tuple(self.context.get_tensor_shape(name))
             if any(d < 0 for d in shape):
                 raise RuntimeError(f"output {name!r} has a data-dependent shape {shape}; not supported here")
-            out = torch.empty(shape, dtype=_torch_dtype(self.engine.get_tensor_dtype(name)), device="cuda")
+            dtype = _torch_dtype(self.engine.get_tensor_dtype(name))
+            # Filled, not empty: memory the engine did not write reads as NaN (floats) or 0, never
+            # as a previous call's output left in the caching allocator.
+            out = (torch.full(shape, float("nan"), dtype=dtype, device="cuda") if dtype.is_floating_point
+                   else torch.zeros(shape, dtype=dtype, device="cuda"))
             self.context.set_tensor_address(name, out.data_ptr())
             outputs.append(out)
         return outputs
@@ -203,6 +207,11 @@ class TensorRTAdapter(RuntimeAdapter):
         self.stream.synchronize()
 
     def infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        # A new shape gets a fresh execution context: no state of a previous shape's run.
+        shapes = tuple((n, tuple(np.shape(v))) for n, v in sorted(feeds.items()))
+        if shapes != getattr(self, "_context_shapes", shapes):
+            self.context = self.engine.create_execution_context()
+        self._context_shapes = shapes
         outputs = self._bind(feeds)
         self._execute()
         return [o.cpu().numpy() for o in outputs]

@@ -45,7 +45,8 @@ from harness.store.provenance import run_fingerprint, same_code
 from harness.store.runs import list_runs, load_run, read_run_meta
 
 # Verdicts that say something lasting about the cell; crash and timeout (memory kills and
-# environment failures are crashes) are never taken by the cache.
+# environment failures are crashes) and error (the matrix's own code failed) are never taken by
+# the cache.
 LASTING = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.XFAIL, Status.XPASS})
 DAMAGED = (SchemaError, ValueError, OSError)
 # Why a policy refuses a stored record (each reason starts with one of these) and what to do.

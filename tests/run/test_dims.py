@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from harness.run.dims import (
+    digit_symbols,
     fixed_size,
     io_facts,
     note_specialised,
@@ -48,18 +49,22 @@ def test_io_facts_keep_symbolic_names_sizes_and_unknowns(tmp_path):
     assert facts["io"]["outputs"] == [{"name": "output_0", "dtype": "float", "shape": None}]
     assert facts["inputs"] == ["input_0"]     # the older key stays
     assert io_facts(onnx.load(str(tmp_path / "m.onnx")))["inputs"][0]["shape"][1] == 6
-    assert [fixed_size(d) for d in (6, "6", "s0", None)] == [6, 6, None, None]
+    # A dim_param is a symbol whatever its name: torch 2.6 names dynamic dims '2' (runs at any size).
+    assert [fixed_size(d) for d in (6, "6", "s0", None)] == [6, None, None, None]
 
 
 def test_fixed_dims_read_from_the_file_name_the_declared_dim(tmp_path):
     dims = {"input_0": {0: "batch", 1: "seq"}}
-    graph = graph_facts(_model(tmp_path / "m.onnx", ["s0", "6", 8]))   # torch 2.6's Dim.AUTO writes '6'
+    graph = graph_facts(_model(tmp_path / "m.onnx", ["2", 6, 8]))   # batch named '2', seq a number
     found = specialised_dims(dims, ["input_0"], graph)
     assert [(f["dim"], f["axis"], f["value"]) for f in found] == [("seq", 1, 6)]
     assert found[0]["note"] == "seq was fixed to 6 by the exporter (input_0 dim 1)"
     assert specialised_dims(dims, ["input_0"], graph_facts(_model(tmp_path / "d.onnx", ["b", "s", 8]))) == []
-    notes = note_specialised(graph, dims, ["input_0"])
-    assert notes == [found[0]["note"]] and graph["specialised"] == found
+    notes, pinned = note_specialised(graph, dims, ["input_0"])
+    assert notes == [found[0]["note"]] and graph["specialised"] == found and pinned == []
+    assert digit_symbols(dims, graph) == [
+        ("batch is named '2' in the file (input_0 dim 0): a symbol, not a size (torch names it after the "
+         "example's size when it ignores a guard); the file keeps it dynamic")]
 
 
 def _program(shape: list, ranges: dict) -> SimpleNamespace:
@@ -71,17 +76,18 @@ def _program(shape: list, ranges: dict) -> SimpleNamespace:
     return SimpleNamespace(exported_program=ep)
 
 
-def test_fixed_dims_read_from_the_exported_program(tmp_path):
+def test_dims_only_the_exported_program_pins_are_candidates(tmp_path):
     """torch 2.13 with Dim.AUTO: the file keeps the symbol 's27' for seq, but the program's range
-    for it is [6, 6] (its Reshape target is baked): the note still names seq."""
+    for it is [6, 6]: a candidate for the second shape to confirm, never a note by itself."""
     dims = {"input_0": {0: "batch", 1: "seq"}}
     graph = graph_facts(_model(tmp_path / "m.onnx", ["s77", "s27", 8]))
     one_value = SimpleNamespace(lower=6, upper=6)
     open_range = SimpleNamespace(lower=2, upper=float("inf"))
-    found = specialised_dims(dims, ["input_0"], graph, _program(["s77", "s27", 8],
-                                                                {"s77": open_range, "s27": one_value}))
-    assert [(f["dim"], f["value"], f["where"]) for f in found] == [("seq", 6, "exported program")]
-    assert found[0]["note"] == "seq was fixed to 6 by the exporter (input_0 dim 1; the file keeps the symbolic dim 's27')"
+    program = _program(["s77", "s27", 8], {"s77": open_range, "s27": one_value})
+    found = specialised_dims(dims, ["input_0"], graph, program)
+    assert [(f["dim"], f["value"], f["where"], f["symbol"]) for f in found] == [("seq", 6, "exported program", "s27")]
+    notes, pinned = note_specialised(graph, dims, ["input_0"], program)
+    assert notes == [] and "specialised" not in graph and pinned == found
     assert specialised_dims(dims, ["input_0"], graph, _program(["s77", "s27", 8], {})) == []
     # a program that does not look like one is ignored, never an error
     assert specialised_dims(dims, ["input_0"], graph, SimpleNamespace(exported_program=object())) == []

@@ -275,3 +275,39 @@ def test_openvino_version_pin_gets_its_own_environment(tmp_path):
     assert pinned.runtimes == ["openvino@2026.3.1"] and "openvino" in pinned.name
     assert {"onnxruntime==1.32.0", "openvino==2026.4.1"} <= set(shared.packages)
     assert sorted(shared.runtimes) == ["openvino", "ort-cpu"]
+
+
+def test_an_output_at_a_new_shape_is_never_the_previous_calls(tmp_path):
+    """OpenVINO 2026.4 with PERFORMANCE_HINT=LATENCY runs the TorchScript mha file (its Reshape
+    baked at [2, 7, 32]) at [3, 8, 32] without raising; a reused request then handed back the
+    example's output. Each runtime's answer at a shape must not depend on the call before it:
+    the same as a fresh adapter that only ran that shape."""
+    import torch
+
+    from harness.probes.attention import mha
+    from harness.runtimes.openvino import OpenVinoAdapter
+    from harness.runtimes.ort_cpu import OrtCpuAdapter
+
+    model, (x,), _ = mha()
+    path = tmp_path / "mha.onnx"
+    torch.onnx.export(model.eval(), (x,), str(path), dynamo=False, opset_version=17, input_names=["input_0"],
+                      dynamic_axes={"input_0": {0: "batch", 1: "seq"}})
+    first, second = {"input_0": x.numpy()}, {"input_0": np.random.default_rng(0).standard_normal((3, 8, 32),
+                                                                                                  dtype=np.float32)}
+
+    def answer(adapter, feeds):
+        try:
+            return [np.asarray(o) for o in adapter.infer(feeds)]
+        except Exception as exc:  # noqa: BLE001 - a refusal is an answer too
+            return type(exc).__name__
+
+    for cls in (OpenVinoAdapter, OrtCpuAdapter):
+        with cls(path, threads=1) as warm, cls(path, threads=1) as fresh:
+            answer(warm, first)
+            after, alone = answer(warm, second), answer(fresh, second)
+        if isinstance(alone, str):
+            assert after == alone, cls.name
+            continue
+        assert [o.shape for o in after] == [o.shape for o in alone], cls.name
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(after, alone)), cls.name
+        assert [o.shape for o in after] != [(2, 7, 32)], cls.name   # not the example's output

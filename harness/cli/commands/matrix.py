@@ -52,14 +52,18 @@ def summary(run_dir: Path, limit: int = 10) -> list[str]:
     from collections import Counter
 
     from harness.core.record import count_by_status
-    from harness.core.status import Status
     from harness.report.passes import summary_lines
     from harness.store.runs import load_run
 
     records = load_run(run_dir)[1]   # with their reductions
     counts = count_by_status(records)
     lines = [f"{len(records)} cells: " + " · ".join(f"{k} {v}" for k, v in counts.items() if v)]
-    failing = [r for r in records if r.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT)]
+    own = [r for r in records if r.status.is_own_error]
+    if own:
+        lines.append(f"{len(own)} cells have no verdict: the matrix's own code failed on them (not the "
+                     "model's fault; report it to the project with the cell's log):")
+        lines += [f"  {r.cell_id}: {(r.error or '').splitlines()[0][:110] if r.error else ''}" for r in own[:limit]]
+    failing = [r for r in records if r.status.is_failure]
     groups = Counter(r.signature or f"{r.stage}:?" for r in failing)
     if groups:
         lines.append(f"failures by signature ({len(groups)}):")

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("history-data").textContent);
-  const STATUS = { p: "pass", f: "fail", c: "crash", t: "timeout", x: "xfail", X: "xpass", s: "skip", "-": null };
+  const STATUS = { p: "pass", f: "fail", c: "crash", t: "timeout", x: "xfail", X: "xpass", s: "skip", e: "error", "-": null };
   const FAILING = new Set(["fail", "crash", "timeout"]);
   const body = document.querySelector("#cells tbody");
   const form = document.getElementById("hfilters");
