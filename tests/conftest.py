@@ -5,7 +5,13 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import make_store, run_matrix
+from helpers import CURRENT_TEST, make_store, run_matrix
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: is it marked e2e (``helpers.check_e2e_marker``)."""
+    CURRENT_TEST.update(e2e=item.get_closest_marker("e2e") is not None, id=item.nodeid)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 ``bench_interleaved`` (``nox -s bench -- --part interleaved``) runs the gate's own comparison of one
 cell (``harness.gate.retime.timed``: interleaved A/B timing with the gate's default settings) on
-files made by ``harness.checks.bench_latency ab-models`` in the bench environment's ONNX Runtime,
+files made by ``harness.worker.bench_latency ab-models`` in the bench environment's ONNX Runtime,
 ``AB_RUNS`` times per pair: byte-different files of one graph (a "slower" there is a false fail)
 and a file with 1.3x the work (it must be found), on a quiet machine and with one core kept busy.
 """

@@ -28,8 +28,8 @@ from harness.core.status import Stage, Status
 from harness.gate.sources import run_cells, say_refusals, stored_records, version_plan
 from harness.gate.swap import which_change
 from harness.matrix.config import Matrix, TorchSpec, load_matrix
-from harness.matrix.plan import Plan
 from harness.matrix.environments import env_spec_for
+from harness.matrix.plan import Plan
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import fingerprint
 from harness.store.reuse import BISECT, Reused

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from harness.console import console
 from harness.gate.compare import CellComparison, Coverage, Settings, compare_sides, deploy_problem
 from harness.gate.output import write_outputs
@@ -34,7 +33,6 @@ from harness.matrix.config import Matrix, load_matrix
 from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
 from harness.store.provenance import fingerprint
-
 
 
 @dataclass

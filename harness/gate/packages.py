@@ -140,8 +140,7 @@ def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
 def run_package_bisect(req, out=print) -> int:
     """``bisect --package NAME --good A --bad B``: the release of NAME between A and B where a
     cell's verdict changes, torch and every other pin held. Exit codes as a torch bisect."""
-    from harness.gate.bisect import (Bisector, bisect, final_releases, index_releases, releases_between,
-                                     select_keys, verdict_of)
+    from harness.gate.bisect import Bisector, bisect, final_releases, index_releases, releases_between, select_keys, verdict_of
     from harness.matrix.config import load_matrix
 
     matrix = load_matrix(req.config)

@@ -21,11 +21,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
-    PrivateAttr,
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_serializer,
@@ -444,7 +444,7 @@ class Matrix(_Strict):
     jobs: int | None = Field(None, ge=1, le=256)
     install: InstallConfig = Field(default_factory=InstallConfig)
     # After the run: reduce every failing cell's file (load, run, parity) to the smallest graph
-    # that still fails (harness.run.reduce), each within reduce_timeout_s.
+    # that still fails (harness.worker.diagnose.reduce), each within reduce_timeout_s.
     reduce: bool = False
     reduce_timeout_s: float = Field(120, gt=0)
     # Export every group twice, each in a fresh process, and record whether the two files are
@@ -452,7 +452,7 @@ class Matrix(_Strict):
     determinism: bool = False
     # Runtime releases tried on each passing cell's exported file in runtime-only environments
     # (no torch, no export): every one listed, the oldest that works (by bisection), the one a
-    # team ships (the gate blocks on it). harness.run.floors; checked by _runtime_axes.
+    # team ships (the gate blocks on it). harness.run.post.runtime_floors; checked by _runtime_axes.
     runtime_versions: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     runtime_floor: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     deploy: dict[str, RuntimeVersion] = Field(default_factory=dict)

@@ -14,7 +14,7 @@ import pytest
 from helpers import TESTS, run_matrix
 
 from harness.probes import GROUPS, PROBES, REAL_MODELS, TRAP_PROBES
-from harness.run.cases import resolve_target
+from harness.worker.cases import resolve_target
 
 PASS = ("pass", None)
 # (case, exporter, opset, constant_folding) -> (status, stage) on torch 2.13.0, ort-cpu.
@@ -96,8 +96,8 @@ def test_probe_second_shape_is_valid_in_eager(name):
     """The harness's second shape (example wrapped along dynamic dims) must be a sane input."""
     import torch
 
-    from harness.run.cases import build_case
-    from harness.run.parity import flatten_outputs, second_shape_inputs
+    from harness.worker.cases import build_case
+    from harness.worker.parity import flatten_outputs, second_shape_inputs
 
     spec = build_case(name, name)
     second = second_shape_inputs(spec.inputs, spec.dynamic_dims)
@@ -153,7 +153,7 @@ def test_real_models_form_their_own_group_and_pins_follow_torch():
 def test_real_model_without_its_package_is_a_skip(name):
     import importlib.util
 
-    from harness.run.cases import CaseSkipped, build_case
+    from harness.worker.cases import CaseSkipped, build_case
 
     fn = resolve_target(name)
     if all(importlib.util.find_spec(p) for p in fn.requires):
@@ -166,7 +166,7 @@ def test_training_mode_and_export_names_are_notes(tmp_path):
     """GroupContext.prepare: a model returned in training mode is exported in eval mode with a
     note; input/output names given at export are checked in the graph (kept here: no note)."""
     from harness.core.job import ExportGroup, Job
-    from harness.run.stages import GroupContext
+    from harness.worker.stages import GroupContext
 
     case = tmp_path / "train_case.py"
     case.write_text(

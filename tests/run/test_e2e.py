@@ -72,7 +72,7 @@ def test_failed_cells_have_logs_and_bundles(e2e_records):
     for r in failed:
         assert Path(r.log).exists() and "Traceback" in Path(r.log).read_text()
         assert r.bundle and (Path(r.bundle) / "inputs.npz").exists()
-        assert r.repro and "harness.run.worker" in r.repro
+        assert r.repro and "harness.worker.main" in r.repro
         assert r.signature
 
 

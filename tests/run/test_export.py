@@ -11,7 +11,7 @@ from helpers import ROOT
 # Runs in an environment's python: torch's own conversion of {"input": {0: "batch1"}} vs ours.
 SNIPPET = r"""
 import json, torch
-from harness.run.export import dim_marker, dim_marking
+from harness.worker.export import dim_marker, dim_marking
 model, x = torch.nn.Linear(3, 2), torch.zeros(2, 3)
 axes = {"input": {0: "batch1"}}
 try:

@@ -1,4 +1,4 @@
-"""Runtime releases per exported file (harness.run.floors, harness.envs.runtime_only): the
+"""Runtime releases per exported file (harness.run.post.runtime_floors, harness.envs.runtime_only): the
 bisection, the reasons, the matrix keys, and the gate's deployment targets. No install here; the
 real-wheel run is tests/run/test_floors_e2e.py."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from harness.core.record import Record
 from harness.envs.runtime_only import RuntimeRelease
 from harness.gate.compare import Settings, Verdict, block_on_deploy, compare_cell, deploy_problem
 from harness.matrix.config import ConfigError, load_matrix
-from harness.run.floors import ReleaseProber, RuntimeAxes, annotate_records, find_floor, floor_reason
-from harness.run.runtime_probe import ProbeResult
+from harness.run.post.runtime_floors import ReleaseProber, RuntimeAxes, annotate_records, find_floor, floor_reason
+from harness.worker.runtime_only.release_check import ProbeResult
 
 IR_ERROR = ("Fail: [ONNXRuntimeError] : 1 : FAIL : Load model from g.onnx failed:Unsupported "
             "model IR version: 10, max supported IR version: 9")

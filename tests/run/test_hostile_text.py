@@ -56,7 +56,7 @@ def test_resuming_before_the_surrogate_cell_finishes(run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     lines = (copy / "results.jsonl").read_text().splitlines()
-    (copy / "results.jsonl").write_text("".join(l + "\n" for l in lines if "surrogate_error" not in l))
+    (copy / "results.jsonl").write_text("".join(ln + "\n" for ln in lines if "surrogate_error" not in ln))
     meta = json.loads((copy / "run.json").read_text())
     meta["finished"] = False
     (copy / "run.json").write_text(json.dumps(meta))

@@ -1,7 +1,7 @@
 """The runner's log relay: a worker's output stream routed to capped logs by marker lines."""
 from __future__ import annotations
 
-from harness.run.logcap import CappedLog, LogRelay, log_marker
+from harness.worker.logcap import CappedLog, LogRelay, log_marker
 
 
 def relay(tmp_path, max_bytes=None, closed=None):

@@ -3,7 +3,6 @@ Node, tensors of every element type the probes use round-trip exactly, absence i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -100,8 +99,8 @@ def test_no_node_is_a_skip_with_the_reason():
 
 def test_a_self_timed_call_is_sampled_by_its_own_clock():
     from harness.core.job import LatencyProtocol
-    from harness.run.latency import measure
     from harness.runtimes.ort_node import SelfTimedCall
+    from harness.worker.latency import measure
 
     lat = measure(SelfTimedCall(lambda: 0.002), LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1,
                                                                warmup_s=0.0, max_time_s=0.2))

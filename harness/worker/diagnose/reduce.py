@@ -1,14 +1,14 @@
 """Smallest failing graph: reduce a failing cell's ``model.onnx`` with Polygraphy's ``debug reduce``,
 the failing runtime itself being the check.
 
-Two halves:
+Two halves; the runner's is ``harness.run.post.reduction``:
 - runner side, ``reduce_run``: picks a stored run's cells that failed at load, run or parity and
   have a bundle, installs Polygraphy on demand into a folder of its own beside the environments
   (never into an environment: one stays exactly what its marker lists, and its name does not
   change), and starts the driver in the cell's own environment with that folder on PYTHONPATH;
   the outcome goes to the run's ``reductions.jsonl`` (a finished run's results are immutable;
   ``harness.store`` joins it into ``record.graph["reduced"]`` on read).
-- environment side, ``python -m harness.run.reduce reduce|check``: reference values for every
+- environment side, ``python -m harness.worker.diagnose.reduce reduce|check``: reference values for every
   tensor at the failing shape (ONNX Runtime on the original file, up to the first node that
   fails), the check (the cell's runtime adapter loads and runs a candidate and must fail the way
   the record says: same stage, same exception type, same operator where the error names one;
@@ -36,14 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.status import Stage, Status
+from harness.core.status import Stage
+from harness.core.wire import REDUCE_MODULE, Reduction
 
-ELIGIBLE_STAGES = (Stage.LOAD.value, Stage.RUN.value, Stage.PARITY.value)
-ELIGIBLE_STATUSES = (Status.FAIL, Status.XFAIL)
 DEFAULT_TIMEOUT_S = 120.0
-# Pinned: Polygraphy and onnx-graphsurgeon are pure Python and need only onnx and numpy, which
-# every environment has; onnxruntime (fallback shape inference) is in every CPU environment.
-POLYGRAPHY = ("polygraphy==0.53.6", "onnx-graphsurgeon==0.6.1")
 SAME, PASSES, OTHER = 1, 0, 3          # check exit codes: Polygraphy counts only SAME as failing
 
 
@@ -177,7 +173,7 @@ def layerwise_values(model_path: Path, feeds: dict[str, np.ndarray], deadline: f
         try:
             best = run_prefix(mid)
             lo = mid + 1
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the prefix fails to run whatever the cause: search shorter
             hi = mid - 1
     return {**use, **best}
 
@@ -214,8 +210,8 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
     did, (PASSES, …) when it does not fail, (OTHER, why) when it fails otherwise or cannot be fed."""
     import onnx
 
-    from harness.run.parity import ParityError, compare_outputs
     from harness.runtimes import load_adapter
+    from harness.worker.parity import ParityError, compare_outputs
 
     values = values or TensorStore.load(Path(spec.values))
     model = onnx.load(str(path))
@@ -243,7 +239,7 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
         names = adapter.input_names()
         try:
             outputs = [np.asarray(o) for o in adapter.infer({n: feeds[n] for n in names if n in feeds})]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the runtime's own failure is what the check compares
             if stage == Stage.RUN.value and failure.matches(exc):
                 return SAME, f"fails at run: {_short(exc)}"
             return OTHER, f"run: {_short(exc)}"
@@ -267,34 +263,12 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
         if adapter is not None:
             try:
                 adapter.deactivate()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a candidate's adapter that will not close says nothing of it
                 pass
         relaxed.unlink(missing_ok=True)
 
 
 # ==== environment side: the driver ===========================================================
-
-@dataclass
-class Reduction:
-    """The outcome of one cell's reduction: what goes into ``record.graph["reduced"]``."""
-
-    original_nodes: int | None = None
-    nodes: int | None = None
-    ops: dict[str, int] = field(default_factory=dict)
-    file: str | None = None            # reduced.onnx in the bundle (None: not reduced)
-    inputs_file: str | None = None
-    check: str | None = None           # what the reduced graph does on the cell's runtime
-    note: str | None = None            # why there is no (smaller) reduced graph
-    seconds: float | None = None
-    timeout_s: float | None = None
-    # The reduction could not be made (no bundle, no environment, Polygraphy missing, the driver
-    # broke or ran out of time): a pass that did not run (harness.core.passes), not a finding
-    # such as "the failure does not reproduce on the file alone".
-    failed: bool | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, {})}
-
 
 def _ops(model: Any) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -330,7 +304,7 @@ def _polygraphy(model: Path, output: Path, direction: str, mode: str, check_cmd:
                 deadline: float, log: Any) -> bool:
     """One `polygraphy debug reduce` pass ('outputs': earliest failing outputs; 'inputs': latest
     failing inputs); False when it did not finish in time or failed."""
-    cmd = [sys.executable, "-m", "harness.run.reduce", "polygraphy", "--values", str(work / "values.npz"),
+    cmd = [sys.executable, "-m", REDUCE_MODULE, "polygraphy", "--values", str(work / "values.npz"),
            "debug", "reduce", str(model), "-o", str(output), "--mode", mode,
            "--no-reduce-inputs" if direction == "outputs" else "--no-reduce-outputs",
            "--data-loader-script", f"{work / 'loader.py'}:load_data",
@@ -391,7 +365,7 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     if code != SAME:
         out.note = f"the failure does not reproduce on the file alone ({why}): nothing to reduce"
         return out
-    check_cmd = [sys.executable, "-m", "harness.run.reduce", "check", "--spec", str(spec_path),
+    check_cmd = [sys.executable, "-m", REDUCE_MODULE, "check", "--spec", str(spec_path),
                  "polygraphy_debug.onnx"]
     best, nodes = original, out.original_nodes
     with open(work / "polygraphy.log", "w", encoding="utf-8") as log:
@@ -445,7 +419,7 @@ def polygraphy_main(values: Path, argv: list[str]) -> int:
 
 
 def env_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.run.reduce")
+    parser = argparse.ArgumentParser(prog=REDUCE_MODULE)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="Polygraphy's --check: exit 1 when a graph fails like the cell")
     p.add_argument("--spec", type=Path, required=True)
@@ -474,140 +448,6 @@ def env_main(argv: list[str] | None = None) -> int:
         result = Reduction(note=f"reduction failed: {_short(exc)}", timeout_s=args.timeout, failed=True)
     print("REDUCTION " + json.dumps(result.to_dict()))
     return 0
-
-
-# ==== runner side =============================================================================
-
-def eligible(rec: Any) -> str | None:
-    """Why a record cannot be reduced, or None when it can."""
-    if rec.status not in ELIGIBLE_STATUSES or rec.stage not in ELIGIBLE_STAGES:
-        return (f"{rec.status.value}{f' at {rec.stage}' if rec.stage else ''}: only failures at "
-                f"{', '.join(ELIGIBLE_STAGES)} are reduced")
-    return None
-
-
-def bundle_dir(run_dir: Path, rec: Any) -> Path | None:
-    if not rec.bundle:
-        return None
-    recorded = Path(rec.bundle)
-    for folder in (recorded if recorded.is_absolute() else Path(run_dir) / recorded,
-                   Path(run_dir) / "bundles" / recorded.name):
-        if (folder / "model.onnx").exists() and (folder / "cell.json").exists():
-            return folder
-    return None
-
-
-def polygraphy_dir() -> Path:
-    """Polygraphy installed once into a folder beside the environments (uv's cache makes it cheap)."""
-    import fcntl
-
-    from harness.core.paths import envs_dir
-    from harness.envs.provider import uv_bin
-
-    root = envs_dir() / ".tools"
-    target = root / "-".join(p.replace("==", "") for p in POLYGRAPHY)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / ".complete").exists():
-            proc = subprocess.run([uv_bin(), "pip", "install", "--quiet", "--no-deps", "--target",
-                                   str(target), *POLYGRAPHY], capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"installing {' '.join(POLYGRAPHY)} failed: "
-                                   f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-            (target / ".complete").write_text("")
-    return target
-
-
-def reduce_cell(run_dir: Path, rec: Any, timeout_s: float, provider: str = "venv",
-                existing: str | None = None) -> dict[str, Any]:
-    """Reduce one stored cell in its own environment (``existing``: the interpreter of an existing
-    one, used as it is); the outcome as ``graph['reduced']``."""
-    from harness.core.paths import envs_dir, import_root
-
-    bundle = bundle_dir(run_dir, rec)
-    if bundle is None:
-        return Reduction(failed=True, note="no bundle with model.onnx for this cell").to_dict()
-    if provider not in ("venv", "existing-python"):
-        return Reduction(failed=True, note=f"the cell ran in a {provider} environment; reductions run in the "
-                              "cell's uv environment or interpreter (run the matrix with the venv provider)").to_dict()
-    python = Path(existing) if existing else envs_dir() / rec.env / "bin" / "python"
-    if not python.exists():
-        return Reduction(failed=True, note=f"environment {rec.env} is not on this machine ({python} missing); "
-                              "reductions run in the cell's uv environment").to_dict()
-    try:
-        tools = polygraphy_dir()
-    except (RuntimeError, OSError) as exc:
-        return Reduction(failed=True, note=f"Polygraphy is not available: {exc}").to_dict()
-    work = Path(run_dir) / "reduce" / rec.cell_id
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "record.json").write_text(rec.to_json())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(import_root()), str(tools)]),
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), POLYGRAPHY_AUTOINSTALL_DEPS="0")
-    env.pop("VIRTUAL_ENV", None)
-    if existing:   # nothing is written inside an existing environment
-        from harness.envs.existing import pycache_dir
-
-        env.update(PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=str(pycache_dir()))
-    cmd = [str(python), "-m", "harness.run.reduce", "reduce", "--bundle", str(bundle),
-           "--record", str(work / "record.json"), "--timeout", str(timeout_s), "--work", str(work)]
-    with open(work / "driver.log", "w", encoding="utf-8") as log:
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                  timeout=timeout_s + 120)
-        except subprocess.TimeoutExpired:
-            return Reduction(failed=True, note=f"the reduction did not end within {timeout_s:g} s (+120 s)",
-                             timeout_s=timeout_s).to_dict()
-    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("REDUCTION ")), None)
-    if line is None:
-        return Reduction(failed=True, note=f"the reduction driver exited {proc.returncode} without a result "
-                              f"(log: {work / 'driver.log'})").to_dict()
-    return json.loads(line.removeprefix("REDUCTION "))
-
-
-def reduce_run(run_dir: Path, cells: list[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-               log: Any = print) -> dict[str, dict[str, Any]]:
-    """Reduce the eligible failing cells of a stored run (or the named ones, which must be
-    eligible); each outcome is appended to the run's reductions.jsonl. Returns cell id → outcome."""
-    from harness.store.reductions import append_reduction
-    from harness.store.runs import load_run
-
-    meta, records = load_run(run_dir)
-    if cells:
-        by_id = {r.cell_id: r for r in records}
-        missing = [c for c in cells if c not in by_id]
-        if missing:
-            raise FileNotFoundError(f"run {Path(run_dir).name} has no cell {missing[0]!r}")
-        chosen = [by_id[c] for c in cells]
-        for rec in chosen:
-            if (why := eligible(rec)) is not None:
-                raise ValueError(f"cell {rec.cell_id} cannot be reduced: {why}")
-    else:
-        chosen = [r for r in records if eligible(r) is None and bundle_dir(run_dir, r) is not None]
-    results = {}
-    for rec in chosen:
-        log(f"reducing {rec.cell_id} ({rec.stage}: {(rec.error or '')[:100]}) …")
-        marker = meta.environments.get(rec.env) or {}
-        provider = marker.get("provider", "venv")
-        existing = (marker.get("existing") or {}).get("python") if provider == "existing-python" else None
-        try:
-            outcome = reduce_cell(Path(run_dir), rec, timeout_s, provider, existing)
-        except Exception as exc:  # noqa: BLE001 - a broken reduction is this cell's pass not run, said
-            outcome = Reduction(failed=True, note=f"the reduction broke: {type(exc).__name__}: {exc}"[:400]).to_dict()
-        append_reduction(Path(run_dir), rec.cell_id, outcome)
-        results[rec.cell_id] = outcome
-        log(f"  {describe(outcome)}")
-    return results
-
-
-def describe(outcome: dict[str, Any]) -> str:
-    """One line for a terminal."""
-    if outcome.get("file"):
-        ops = ", ".join(f"{op}×{n}" for op, n in (outcome.get("ops") or {}).items())
-        text = (f"{outcome.get('original_nodes', '?')} → {outcome['nodes']} nodes ({ops}) in "
-                f"{outcome.get('seconds', '?')} s: {outcome.get('check', '')}; {outcome['file']}")
-        return text + (f" ({outcome['note']})" if outcome.get("note") else "")
-    return f"not reduced: {outcome.get('note', 'no reason given')}"
 
 
 if __name__ == "__main__":

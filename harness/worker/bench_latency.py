@@ -2,10 +2,10 @@
 
 Run with an environment's python (the checkout on PYTHONPATH), printing one JSON line:
 
-    python -m harness.checks.bench_latency models DIR            # write the bench models
-    python -m harness.checks.bench_latency harness MODEL RUNTIME  # the harness protocol + adapter
-    python -m harness.checks.bench_latency bare-ort MODEL         # a plain onnxruntime loop
-    python -m harness.checks.bench_latency ab-models DIR         # spools of the A/B bench's files
+    python -m harness.worker.bench_latency models DIR            # write the bench models
+    python -m harness.worker.bench_latency harness MODEL RUNTIME  # the harness protocol + adapter
+    python -m harness.worker.bench_latency bare-ort MODEL         # a plain onnxruntime loop
+    python -m harness.worker.bench_latency ab-models DIR         # spools of the A/B bench's files
 
 Imports what a worker may (standard library, numpy, the harness's worker-side modules); onnx and
 onnxruntime lazily. The bare loop uses no harness code at all.
@@ -32,7 +32,7 @@ def convnet(path: Path, size: int = 96) -> Path:
     from onnx import TensorProto, helper, numpy_helper, save
 
     rng = np.random.default_rng(0)
-    init = lambda name, a: numpy_helper.from_array(a.astype(np.float32), name)  # noqa: E731
+    init = lambda name, a: numpy_helper.from_array(a.astype(np.float32), name)
     nodes, inits, x, c_in = [], [], "x", 3
     for i in range(3):
         inits += [init(f"w{i}", rng.standard_normal((32, c_in, 3, 3)) * 0.1), init(f"b{i}", np.zeros(32))]
@@ -95,7 +95,7 @@ AB_MODELS = {"base": {"layers": 10, "producer": "torch 1"}, "twin": {"layers": 1
 def ab_models(folder: Path) -> dict[str, str]:
     """Spool folders of three files: ``base``, ``twin`` (byte-different, the same graph: as fast)
     and ``slow`` (three more layers: about 1.3x slower); name → folder."""
-    from harness.run.runtime_probe import write_spool
+    from harness.worker.runtime_only.release_check import write_spool
 
     out = {}
     for name, kw in AB_MODELS.items():
@@ -122,8 +122,8 @@ def _input_shapes(model: Path) -> list[tuple[str, list[int]]]:
 def harness_latency(model: Path, runtime: str) -> dict[str, Any]:
     """What a matrix cell records: the runtime adapter's timed call under the default protocol."""
     from harness.core.job import LatencyProtocol
-    from harness.run.latency import measure, runtime_floor
     from harness.runtimes import load_adapter
+    from harness.worker.latency import measure, runtime_floor
 
     adapter_cls = load_adapter(runtime)
     feeds = random_feeds(_input_shapes(model))

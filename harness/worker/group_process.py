@@ -30,9 +30,10 @@ import time
 import traceback
 from typing import Callable, Iterable, Iterator, TypeVar
 
+from harness.core.wire import FORK_ENV
+
 T = TypeVar("T")
 
-FORK_ENV = "HARNESS_WORKER_FORK"   # "0": every group in the worker itself (a long-lived worker)
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 
 # What the warm parent imports before its first fork: torch and what the exporters and runtimes
@@ -44,9 +45,7 @@ PRELOAD = ("numpy", "torch", "torch.onnx", "torch.export", "torch.export._trace"
            "torch.onnx._internal.exporter._capture_strategies", "torch.onnx._internal.exporter._core",
            "torch.onnx._internal.exporter._registration", "torch.onnx._internal.torchscript_exporter.utils",
            "onnx", "onnx.checker", "onnx.shape_inference", "onnxscript", "onnxscript.function_libs.torch_lib.ops",
-           "onnxruntime", "openvino",
-           "harness.run.cases", "harness.run.export", "harness.run.parity", "harness.run.dims",
-           "harness.run.inputs", "harness.runtimes")
+           "onnxruntime", "openvino")
 
 FORKING = False                     # True while the parent forks a group's process
 PARENT: int | None = None           # in a group's process: the warm parent's pid
@@ -68,9 +67,21 @@ def preload() -> list[str]:
         except Exception:  # noqa: BLE001 - not installed here, or broken: the group imports it itself
             continue
         done.append(name)
+    done += _preload_own()
     if prepare_exporter():
         done.append("torchlib-registry")
     return done
+
+
+def _preload_own() -> list[str]:
+    """The harness's own modules every group uses, imported by statement (so that the import
+    checks see them); their names."""
+    try:
+        from harness import runtimes
+        from harness.worker import cases, dims, export, inputs, parity
+    except Exception:  # noqa: BLE001 - a group imports them itself and fails there, as a cell
+        return []
+    return [m.__name__ for m in (cases, export, parity, dims, inputs, runtimes)]
 
 
 def prepare_exporter() -> bool:
@@ -114,7 +125,7 @@ def _prctl(option: int, arg: int) -> bool:
         import ctypes
 
         return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no prctl on this libc: the worker lives without the death signal
         return False
 
 
@@ -212,7 +223,7 @@ def in_fresh_copy(fn: Callable[[], bool]) -> int:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
             ok = fn()
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - the forked group reports any failure as a failed group
             traceback.print_exc()
             ok = False
         _flush()

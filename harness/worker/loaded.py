@@ -9,7 +9,8 @@ standard library), the harness's result code (``core/``, ``run/``, ``runtimes/``
 hash), the run directory, the export's own folder and ``/proc``,
 ``/sys``, ``/dev``, files the process opened for writing itself (an exported file read back, a
 cache it filled, a module a library generates), files in the temporary folder outside the matrix
-file's folder, and bytecode caches (``__pycache__``: the source is the input) are not the case's inputs and are left out. Declared files (``fn.data_files``
+file's folder, and bytecode caches (``__pycache__``: the source is the input) are not the case's
+inputs and are left out. Declared files (``fn.data_files``
 on the case function, ``data_files`` globs on the matrix entry) are always in.
 
 The set, with each file's content hash (``harness.core.files.file_digest``), is the record's

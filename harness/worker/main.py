@@ -1,6 +1,6 @@
 """The worker: runs inside one environment, imports torch once, runs that environment's cells.
 
-Invoked by the runner as ``python -m harness.run.worker --job JOB.json --events-fd N
+Invoked by the runner as ``python -m harness.worker --job JOB.json --events-fd N
 [--groups-fd M]``. For each export group (case, exporter, opset, options) it builds the case,
 computes eager references, exports once, checks the file, then runs every runtime cell of the
 group. Each finished cell is sent to the runner as one JSON event on the events pipe, the last
@@ -15,7 +15,7 @@ spooled files timed, torch not even imported). stdout/stderr of a group go to it
 (``GroupLogs``). A process that a case forks never gets past the next line of worker code
 (``leave_if_forked``).
 
-Each export group runs in a fresh process forked from the worker (``harness.run.fresh``): the
+Each export group runs in a fresh process forked from the worker (``harness.worker.group_process``): the
 worker is the environment's warm parent, which has imported torch, the exporters and the
 runtimes but runs nothing itself, so no group sees what an earlier one left in the process.
 ``HARNESS_WORKER_FORK=0`` runs the groups in the worker itself (the long-lived worker, kept
@@ -38,15 +38,17 @@ from typing import Any, Callable, Iterator
 from harness.core.events import Bye, CellStart, GroupStart, Hello, RecordDone, StageStart, Want
 from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
 from harness.core.status import Status
-from harness.run import fresh, stages
-from harness.run.blame import diagnose
-from harness.run.bundle import write_bundle
-from harness.run.loaded import CaseFiles, expand_declared
-from harness.run.logcap import LOG_MAX_ENV, RELAY_ENV, cap_file, log_marker
-from harness.run.stages import (
+from harness.core.wire import LOG_MAX_ENV, RELAY_ENV, RUNNER_PID_ENV, WORKER_MODULE, log_marker
+from harness.worker import group_process as fresh
+from harness.worker import stages
+from harness.worker.diagnose.blame import diagnose
+from harness.worker.diagnose.bundle import write_bundle
+from harness.worker.loaded import CaseFiles, expand_declared
+from harness.worker.logcap import cap_file
+from harness.worker.spool import read_group_spool
+from harness.worker.stages import (
     GroupContext,
     package_versions,
-    read_spool,
     run_cell,
     spool_group,
     time_cell,
@@ -55,8 +57,6 @@ from harness.run.stages import (
 # The worker's own pid: a process forked by a case returns into this module's code with another
 # pid and must leave at once (``leave_if_forked``), before it writes a log, a bundle or an event.
 _WORKER_PID = os.getpid()
-
-RUNNER_PID_ENV = "HARNESS_RUNNER_PID"    # die with the runner (Linux: PR_SET_PDEATHSIG)
 
 
 def leave_if_forked() -> None:
@@ -197,7 +197,7 @@ def _became_group_process() -> None:
 def run_job(job: Job, emit, logs: GroupLogs | None = None,
             feed: Callable[[], ExportGroup | None] | None = None, fork: bool = False) -> None:
     """Run the job's groups (and those ``feed`` hands out); with ``fork``, each group in a fresh
-    process forked from this one (``harness.run.fresh``; the caller wraps this in
+    process forked from this one (``harness.worker.group_process``; the caller wraps this in
     ``fresh.contained``)."""
     logs = logs or GroupLogs()
     if job.phase == PHASE_LATENCY:
@@ -283,7 +283,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
         emit(GroupStart(gid=group.gid).to_dict())
         log_path = run_dir / "logs" / f"{group.gid}.log"
         with logs.block(group.gid, log_path):
-            spooled = read_spool(job, group)
+            spooled = read_group_spool(job.spool, group.gid)
         for cell in group.cells:
             emit(CellStart(cell_id=cell.cell_id).to_dict())
             with logs.block(group.gid, log_path):
@@ -291,7 +291,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
                 rec = time_cell(job, group, cell, spooled)
                 rec.log = str(log_path)
                 if rec.status is Status.FAIL and job.bundles and spooled.error is None:
-                    ctx = GroupContext(job, group, spooled.onnx_path.parent)
+                    ctx = GroupContext(job, group, spooled.onnx.parent)
                     ctx.feeds = [spooled.feeds]
                     logs.cap(log_path)
                     write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
@@ -299,7 +299,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.run.worker")
+    parser = argparse.ArgumentParser(prog=WORKER_MODULE)
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--events-fd", type=int, default=None)
     parser.add_argument("--groups-fd", type=int, default=None,
@@ -332,7 +332,3 @@ def main(argv: list[str] | None = None) -> int:
         run_job(job, emit, GroupLogs() if args.print else GroupLogs.from_env(), feed, fork=fresh.enabled())
     emit(Bye().to_dict())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

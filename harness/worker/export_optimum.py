@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.core.record import Record
 from harness.core.status import Status
-from harness.run.cases import CaseSkipped, CaseSpec
+from harness.worker.cases import CaseSkipped, CaseSpec
 
 VALIDATION = "optimum_validation"
 

@@ -5,7 +5,7 @@ cell (``run_cell``).
 In a run, latency is a phase of its own (``Job.phase``): the verdict workers run every stage
 but latency and keep each exported file with its feeds in the run's spool (``spool_group``);
 once no verdict worker runs any more, a latency worker per environment loads each spooled file
-again and times it alone on the machine (``read_spool``, ``time_cell``).
+again and times it alone on the machine (``harness.worker.spool``, ``time_cell``).
 
 Exceptions become statuses in one place (``stage``); a cell's record is made by
 ``Record.for_cell``. Standard library at module level; torch, onnx and runtimes lazily.
@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import re
 import time
 import traceback
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from harness.core.errors import short_error
 from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
-from harness.run.dims import note_specialised
-from harness.run.export_log import ExportLog
-from harness.run.inputs import dims_by_name
-from harness.run.runtime_probe import SPOOL_EXPECTED, SPOOL_FEEDS, SPOOL_META, read_spooled, write_spool  # noqa: F401
+from harness.runtimes.base import match_feeds
+from harness.worker.dims import note_specialised
+from harness.worker.export_log import ExportLog
+from harness.worker.inputs import dims_by_name
+from harness.worker.spool import SpooledFile, write_spool
 
 
 class SecondShapeError(RuntimeError):
@@ -53,38 +53,6 @@ class StageFailure(Exception):
         self.stage, self.exc, self.status = Stage(stage), exc, status
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
-    return lines[0].strip() if lines else ""
-
-
-def root_cause(exc: BaseException) -> BaseException:
-    """The most specific cause of ``exc``: the innermost exception of its ``__cause__`` chain
-    (``raise ... from``), the link exporters and runtimes use to wrap the error that stopped them.
-
-    An implicit ``__context__`` (an exception that was being handled when ``exc`` was raised) is
-    never followed: torch.export and the exporters catch and retry internally, and the exception
-    their handler was looking at is unrelated to the one that ends the export.
-    """
-    root, seen = exc, {id(exc)}
-    while (nxt := root.__cause__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        root = nxt
-    return root
-
-
-def short_error(exc: BaseException) -> str:
-    """'Type: first line', plus the root cause when the outer message is a generic wrapper."""
-    text = f"{type(exc).__name__}: {_first_line(exc)}"
-    root = root_cause(exc)
-    if root is not exc and not (_first_line(root) and _first_line(root) in text):
-        text += f" <- {type(root).__name__}: {_first_line(root)}".rstrip(": ")
-    return text[:500]
-
-
 # Called as each stage begins (the worker sends it to the runner, which charges a process that
 # dies before the cell's record to the stage it was in).
 on_stage_start: Callable[[Stage], None] | None = None
@@ -102,8 +70,8 @@ def stage(which: Stage, durations: dict[str, float]) -> Iterator[None]:
     except StageFailure:
         raise
     except Exception as exc:  # the one place where exceptions become statuses
-        from harness.run.cases import CaseSkipped
         from harness.runtimes.base import RuntimeUnavailable
+        from harness.worker.cases import CaseSkipped
 
         if isinstance(exc, (RuntimeUnavailable, CaseSkipped)):
             raise StageFailure(which, exc, Status.SKIP) from exc
@@ -190,7 +158,7 @@ class GroupContext:
     def _export_in_a_copy(self) -> Path | None:
         """``determinism``: the same export first in a fresh copy of this process (forked before
         this one builds anything), into a file of its own; None when that copy failed."""
-        from harness.run import fresh
+        from harness.worker import group_process as fresh
 
         again = self.onnx_path.with_name(self.onnx_path.stem + ".again.onnx")
 
@@ -206,7 +174,7 @@ class GroupContext:
         return again if status == 0 and again.exists() else None
 
     def _compare_exports(self, again: Path) -> None:
-        from harness.run.determinism import compare_exports
+        from harness.worker.determinism import compare_exports
 
         if self.failure is None:
             try:
@@ -221,9 +189,9 @@ class GroupContext:
             p.unlink()
 
     def _prepare(self) -> None:
-        from harness.run import export as exp
-        from harness.run.cases import CaseSkipped, build_case
-        from harness.run.parity import output_names
+        from harness.worker import export as exp
+        from harness.worker.cases import CaseSkipped, build_case
+        from harness.worker.parity import output_names
 
         g, opts = self.group, self.group.options
         try:
@@ -267,7 +235,7 @@ class GroupContext:
             self.failure = failure
 
     def _note_export_log(self, log: Any, failure: BaseException | None) -> None:
-        """What torch said while exporting (``harness.run.export_log``): a dim it fixed to one
+        """What torch said while exporting (``harness.worker.export_log``): a dim it fixed to one
         value, by a silent re-export with its suggested fix or in the error that ended the export,
         with the model's source line and the remedy that fits; kept in ``graph.export_specialised``."""
         try:
@@ -292,8 +260,8 @@ class GroupContext:
         """Dims the case declared dynamic that the file fixes (certain: a number in the file),
         those only the exported program pins (candidates for the second shape to confirm), names
         that are digits, and the 0/1 specialisation where it fixed a dim."""
-        from harness.run.dims import digit_symbols
-        from harness.run.second_shape import zero_one_note
+        from harness.worker.dims import digit_symbols
+        from harness.worker.second_shape import zero_one_note
 
         by_name = dims_by_name(self.dims, self.spec.example)
         notes, self.pinned = note_specialised(self.graph, by_name, names, program)
@@ -314,10 +282,10 @@ class GroupContext:
         dim. Eager rejecting the second shape is a note, and the cell is checked at the example
         shape only. What the matrix's own code does here (reading outputs, growing inputs,
         taking feeds) raises ``OwnError`` when it fails: the cell is an ``error``, not the model's
-        failure. Last, the model's own float32 noise at each shape (``harness.run.noise``)."""
+        failure. Last, the model's own float32 noise at each shape (``harness.worker.noise``)."""
         import torch
 
-        from harness.run.parity import output_leaves, second_shape_inputs
+        from harness.worker.parity import output_leaves, second_shape_inputs
 
         spec = self.spec
         with torch.no_grad():
@@ -351,9 +319,9 @@ class GroupContext:
         self._measure_noise()
 
     def _measure_noise(self) -> None:
-        """The model's own float32 noise per shape and output (``harness.run.noise``). A model it
+        """The model's own float32 noise per shape and output (``harness.worker.noise``). A model it
         cannot be measured on is judged by atol / rtol alone, with the reason kept."""
-        from harness.run import noise
+        from harness.worker import noise
 
         try:
             self.noise = noise.measure(self.spec.model, self.shapes, self.references)
@@ -402,7 +370,7 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
         _run_stages(ctx, cell, rec, durations)
     rec.wall_s, rec.cpu_s = round(clock["wall_s"], 3), round(clock["cpu_s"], 3)
     if g.exporter == "optimum":
-        from harness.run.export_optimum import note_disagreement
+        from harness.worker.export_optimum import note_disagreement
 
         note_disagreement(rec)
     rec.duration_s = durations
@@ -411,10 +379,10 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
 
 
 def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[str, float]) -> None:
-    from harness.run.latency import measure, runtime_floor
-    from harness.run.noise import summary as noise_summary
-    from harness.run.parity import ParityError, compare_outputs
     from harness.runtimes import load_adapter
+    from harness.worker.latency import measure, runtime_floor
+    from harness.worker.noise import summary as noise_summary
+    from harness.worker.parity import ParityError, compare_outputs
 
     job, g = ctx.job, ctx.group
     adapter = None
@@ -433,7 +401,7 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
         outputs = []
         with stage(Stage.RUN, durations):
             for i, feeds in enumerate(ctx.feeds):
-                use = _match_feeds(feeds, graph_inputs)
+                use = match_feeds(feeds, graph_inputs)
                 try:
                     outputs.append([_to_numpy(o) for o in adapter.infer(use)])
                 except Exception as exc:
@@ -466,7 +434,7 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
                 setattr(parity, k, max(found) if found else None)
             parity.noise = noise_summary(ctx.noise, parity.shapes, judged)
             if failed is not None and len(parity.shapes) > 1 and not parity.shapes[0].get("failed"):
-                from harness.run.second_shape import culprit_text
+                from harness.worker.second_shape import culprit_text
 
                 # Right at the example, wrong at the second shape: which dim, grown alone, does it.
                 outcomes = _probe_dims(ctx, rec, adapter, graph_inputs, judge=True)
@@ -479,7 +447,7 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
         if job.phase != PHASE_VERDICTS:   # in a run's verdict phase, latency comes later
             with stage(Stage.LATENCY, durations):
                 if job.latency.enabled:
-                    feeds0 = _match_feeds(ctx.feeds[0], graph_inputs)
+                    feeds0 = match_feeds(ctx.feeds[0], graph_inputs)
                     rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
                     rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
@@ -502,9 +470,9 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
 
 def _probe_dims(ctx: GroupContext, rec: Record, adapter: Any, graph_inputs: list[str],
                 judge: bool) -> dict[str, str]:
-    """Each generated dynamic dim grown alone (``harness.run.second_shape``), and what that
+    """Each generated dynamic dim grown alone (``harness.worker.second_shape``), and what that
     confirms on the record; nothing for the case's own second inputs."""
-    from harness.run.second_shape import dim_outcomes, explain
+    from harness.worker.second_shape import dim_outcomes, explain
 
     if not ctx.dims or (ctx.second_shape or {}).get("source") == "case":
         return {}
@@ -515,7 +483,7 @@ def _probe_dims(ctx: GroupContext, rec: Record, adapter: Any, graph_inputs: list
 
 def _second_shape_error(ctx: GroupContext, feeds: dict[str, Any], exc: Exception,
                         outcomes: dict[str, str]) -> SecondShapeError:
-    from harness.run.second_shape import culprit_text
+    from harness.worker.second_shape import culprit_text
 
     shapes = {n: list(v.shape) for n, v in feeds.items()}
     dims = dims_by_name(ctx.dims, ctx.spec.example)
@@ -527,56 +495,31 @@ def _second_shape_error(ctx: GroupContext, feeds: dict[str, Any], exc: Exception
                             f"(dynamic dims {dims}): {short_error(exc)}")
 
 
-# -- between the phases: the spool ----------------------------------------------------------------
-# The spool's format, reader and writer: harness.run.runtime_probe (it runs without torch).
+# -- between the phases: the spool (harness.worker.spool) ----------------------------------------
 
 
 def spool_group(ctx: GroupContext, torch_version: str) -> None:
-    """Keep what the latency phase needs beside the exported file (which the verdict phase
-    writes into the group's spool folder): the example-shape feeds, every shape the cells ran
-    (TensorRT builds its profile from them) and the torch version."""
-    import numpy as np
-
-    folder = ctx.onnx_path.parent
+    """Keep what the phases after the verdict need beside the exported file (which the verdict
+    phase writes into the group's spool folder): the example-shape feeds, every shape the cells
+    ran and the torch version; with ``keep_spool``, eager's outputs and the case's tolerances,
+    what a runtime-only environment checks the same file against on another runtime release."""
     meta: dict[str, Any] = {"torch": torch_version}
+    expected = None
     if ctx.job.keep_spool and ctx.references and ctx.spec is not None:
-        # Eager's outputs and the case's tolerances: what a runtime-only environment checks the
-        # same file against on another runtime release (harness.run.runtime_probe).
-        np.savez(folder / SPOOL_EXPECTED, *[_to_numpy(a) for a in ctx.references[0]])
-        meta.update(outputs=len(ctx.references[0]), atol=ctx.spec.atol, rtol=ctx.spec.rtol)
+        expected = ctx.references[0]
+        meta.update(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
         if ctx.group.options.precision == "fp32" and ctx.floors(0) is not None:
             meta["floors"] = ctx.floors(0)
-    write_spool(folder, ctx.onnx_path.name, ctx.feeds[0],
-                [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], **meta)
+    write_spool(ctx.onnx_path.parent, ctx.onnx_path.name, ctx.feeds[0],
+                [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], expected, **meta)
 
 
-@dataclass
-class Spooled:
-    """A group's exported file and feeds, read back by the latency worker."""
-
-    onnx_path: Path
-    torch: str = ""
-    feeds: dict[str, Any] = field(default_factory=dict)
-    shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
-    error: Exception | None = None     # why the spool cannot be read: the cells fail at latency
-
-
-def read_spool(job: Job, group: ExportGroup) -> Spooled:
-    folder = job.spool / group.gid
-    try:
-        spooled = read_spooled(folder)
-        return Spooled(spooled.onnx, str(spooled.meta["torch"]), spooled.feeds, spooled.shapes)
-    except Exception as exc:  # noqa: BLE001 - a missing or damaged spool is each cell's failure
-        return Spooled(folder / f"{group.gid}.onnx",
-                       error=FileNotFoundError(f"spooled export of {group.gid} unreadable: {short_error(exc)}"))
-
-
-def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> Record:
+def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> Record:
     """The latency phase of one cell: load its spooled file in the runtime and time it with the
     matrix's protocol. The record carries only the timing (the runner joins it to the verdict);
     a failure here is a failure at ``latency``."""
-    from harness.run.latency import measure, runtime_floor
     from harness.runtimes import load_adapter
+    from harness.worker.latency import measure, runtime_floor
 
     rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
                           cell_id=cell.cell_id)
@@ -587,11 +530,11 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> 
             if spooled.error is not None:
                 raise spooled.error
             adapter_cls = load_adapter(cell.runtime_name)
-            adapter = adapter_cls(spooled.onnx_path, threads=job.threads, precision=group.options.precision,
+            adapter = adapter_cls(spooled.onnx, threads=job.threads, precision=group.options.precision,
                                   options=cell.runtime_options)
             adapter.prepare(spooled.shapes)
             adapter.activate()
-            feeds0 = _match_feeds(spooled.feeds, adapter.input_names())
+            feeds0 = match_feeds(spooled.feeds, adapter.input_names())
             rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
             rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
@@ -605,17 +548,6 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: Spooled) -> 
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec
-
-
-def _match_feeds(feeds: dict[str, Any], graph_inputs: list[str]) -> dict[str, Any]:
-    if all(n in feeds for n in graph_inputs):
-        return {n: feeds[n] for n in graph_inputs}
-    values = list(feeds.values())
-    if len(values) == len(graph_inputs):
-        return dict(zip(graph_inputs, values))
-    missing = [n for n in graph_inputs if n not in feeds]
-    raise ValueError(f"graph inputs {graph_inputs} do not match case inputs {list(feeds)}; "
-                     f"unknown: {missing}")
 
 
 def _to_numpy(x: Any):

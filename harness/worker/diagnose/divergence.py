@@ -23,7 +23,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)')
 
 def _last_frame(stack: str | None) -> str | None:
     """The innermost frame of the model's own code (else the innermost frame) of a stack trace."""
-    from harness.run.reference import library_file as _library_file
+    from harness.worker.diagnose.onnx_reference import library_file as _library_file
 
     frames = _FRAME.findall(stack or "")
     if not frames:
@@ -55,7 +55,7 @@ def torch_values(program: Any, args: tuple, kwargs: dict) -> tuple[list[Any], di
     nodes: list[Any] = []
 
     class Recorder(torch.fx.Interpreter):
-        def run_node(self, n):  # noqa: ANN001
+        def run_node(self, n):
             result = super().run_node(n)
             if n.op == "call_function" and isinstance(result, torch.Tensor):
                 values[n.name] = result.detach().cpu().numpy()
@@ -72,8 +72,8 @@ def onnx_values(model_path: Path, feeds: dict[str, Any], names: set[str]) -> tup
     import numpy as np
     import onnx
 
-    from harness.run.reference import reference_gap
-    from harness.run.stages import _match_feeds
+    from harness.worker.diagnose.onnx_reference import reference_gap
+    from harness.worker.stages import _match_feeds
 
     model = onnx.load(str(model_path))
     if reference_gap(model_path) is None:

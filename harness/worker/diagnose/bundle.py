@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.core.paths import import_root
 from harness.core.record import Record
-from harness.run.repro import write_upstream
-from harness.run.stages import GroupContext
+from harness.worker.diagnose.repro import write_upstream
+from harness.worker.stages import GroupContext
 
 
 def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Path) -> None:
@@ -52,4 +52,4 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
         traceback.print_exc()
         rec.pass_not_run("bundle", f"repro.py, ISSUE.md or the test data not written: {type(exc).__name__}: {exc}")
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
-                 f"-m harness.run.worker --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")
+                 f"-m harness.worker.main --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

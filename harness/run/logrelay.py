@@ -1,63 +1,16 @@
-"""Log capping, both sides: each log keeps its first and last ``log_max_mb / 2``.
-
-Runner side (venv workers): the worker's stdout/stderr come through a pipe, and ``LogRelay``
-writes each group's part of that stream into the group's ``CappedLog``, switching at the marker
-lines the worker writes (``log_marker``). Worker side (containers, repro): a block's output goes
-to the group's log file, which ``cap_file`` cuts in place. Both write the same ``cut_notice``.
-Standard library only: the worker imports this module.
+"""The runner's half of log capping (venv workers): the worker's stdout/stderr come through a
+pipe, and ``LogRelay`` writes each group's part of that stream into the group's ``CappedLog``,
+switching at the marker lines the worker writes (``harness.core.wire.log_marker``). Each log keeps
+its first and last ``log_max_mb / 2`` with the notice the worker's own cap writes too
+(``harness.core.wire.cut_notice``; the worker's half: ``harness.worker.logcap``).
 """
 from __future__ import annotations
 
-import os
-import re
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
-RELAY_ENV = "HARNESS_LOG_RELAY"          # set by the runner: stdout/stderr are its log relay pipe
-LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"    # cap of each log (head and tail kept)
-_NOTICE_ROOM = 256
-_CUT = re.compile(rb"\n\[\.\.\. (\d+) bytes cut ")
-
-
-def log_marker(nonce: str, gid: str) -> bytes:
-    """The line that tells the runner's log relay where the following output belongs (a group's
-    log; '' for the worker log). The nonce keeps a case's own output from passing for one."""
-    return b"\x00harness-log " + nonce.encode() + b" " + gid.encode() + b"\n"
-
-
-def cut_notice(cut: int, max_bytes: int) -> bytes:
-    """What replaces the middle of a log that grew past its cap (parsed back by ``cap_file``)."""
-    return (f"\n[... {cut} bytes cut ({cut / 2**20:.1f} MiB): this log keeps its first and last "
-            f"{max_bytes / 2 / 2**20:g} MiB (log_max_mb) ...]\n").encode()
-
-
-def cap_file(path: Path, max_bytes: int | None) -> None:
-    """Cut the middle of a log longer than ``max_bytes`` in place (first and last halves kept):
-    writers holding it open with O_APPEND go on appending after the tail."""
-    if not max_bytes:
-        return
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return
-    if size <= max_bytes + _NOTICE_ROOM:
-        return
-    head, tail = max_bytes // 2, max_bytes - max_bytes // 2
-    with open(path, "r+b") as fh:
-        fh.seek(head)
-        probe = fh.read(_NOTICE_ROOM)
-        cut = size - head - tail
-        # A notice of an earlier cut sits right after the head: add what it cut, minus itself.
-        earlier = _CUT.match(probe)
-        if earlier and (end := probe.find(b"]\n", earlier.end())) >= 0:
-            cut += int(earlier.group(1)) - (end + 2)
-        fh.seek(size - tail)
-        last = fh.read(tail)
-        fh.seek(head)
-        fh.write(cut_notice(cut, max_bytes))
-        fh.write(last)
-        fh.truncate()
+from harness.core.wire import cut_notice, log_marker
 
 
 class CappedLog:
@@ -113,7 +66,7 @@ class CappedLog:
 
 class LogRelay:
     """Writes the worker's output stream into capped logs: the worker log, or the log of the group
-    named by the last marker line (``harness.run.worker.log_marker``) in the stream."""
+    named by the last marker line (``log_marker``) in the stream."""
 
     def __init__(self, worker_log: Path, log_dir: Path, max_bytes: int | None, nonce: str,
                  known_groups: set[str], on_group_closed: Callable[[str], None]) -> None:

@@ -11,7 +11,7 @@ of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged")
 A timing is ``unstable`` when the robust spread of its calls (IQR / 1.349 / median, the CV a
 normal distribution of that IQR would have; single slow calls leave it alone) exceeds
 ``unstable_spread`` or the median's interval is wider than ±``rel_ci``; and ``loaded`` when the
-machine was busy with other work while it was taken (``harness.run.machine_load``): a loaded
+machine was busy with other work while it was taken (``harness.worker.machine_load``): a loaded
 median can sit well above the true one inside a narrow interval.
 
 A record keeps a bounded sample (``bounded_sample``): every value up to ``MAX_KEPT`` in time
@@ -27,46 +27,18 @@ protocol's own clock then only bounds the windows and caps.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from typing import Any, Callable, Sequence
 
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency
-from harness.run.machine_load import LoadProbe
+from harness.core.timing import median_interval
+from harness.worker.machine_load import LoadProbe
 
 MAX_KEPT = 1000
 # Binding floors measured in this process, per (runtime, threads): one identity model each.
 _FLOORS: dict[tuple[str, int | None], float | None] = {}
-
-
-def median_ci_rank(n: int, confidence: float = 0.95) -> int | None:
-    """The 1-based rank j such that [x_(j), x_(n+1-j)] of n sorted samples covers the median
-    with probability >= ``confidence`` for any continuous distribution: the largest j with
-    P(Bin(n, 1/2) <= j - 1) <= (1 - confidence) / 2. None when n is too small for that.
-
-    Walks down from the middle of Bin(n, 1/2) with the pmf recurrence: O(sqrt(n)) steps."""
-    if n < 1:
-        return None
-    tail = (1 - confidence) / 2
-    k = n // 2
-    pmf = math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2))
-    cdf = 0.5 + pmf / 2 if n % 2 == 0 else 0.5   # P(X <= n // 2), by symmetry
-    while cdf > tail and k >= 0:
-        cdf -= pmf                      # now P(X <= k - 1)
-        pmf *= k / (n - k + 1)          # pmf(k - 1)
-        k -= 1
-    j = k + 1
-    return j if j >= 1 else None
-
-
-def median_interval(ordered: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
-    """The order-statistic confidence interval of the median of already sorted samples."""
-    j = median_ci_rank(len(ordered), confidence)
-    if j is None:
-        return None
-    return ordered[j - 1], ordered[len(ordered) - j]
 
 
 def converged(ordered: Sequence[float], rel: float, confidence: float = 0.95) -> bool:

@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.core.text import ENCODE_ERRORS, md_code, md_fenced, md_text, safe_text
 from harness.core.cell import CaseRef
 from harness.core.record import Record
+from harness.core.text import ENCODE_ERRORS, md_code, md_fenced, md_text, safe_text
 
 REPRO = "repro.py"
 ISSUE = "ISSUE.md"
@@ -267,7 +267,7 @@ def _runtime_code(rec: Record, cell: Any, threads: int | None) -> str:
 
 def repro_script(ctx: Any, cell: Any, rec: Record, copy_to: Path | None = None) -> str:
     """The source of ``repro.py`` for a failing cell (``NotScriptable`` where it cannot be)."""
-    from harness.run.export import export_arguments
+    from harness.worker.export import export_arguments
 
     spec, g = ctx.spec, ctx.group
     if spec is None:
@@ -285,7 +285,7 @@ def repro_script(ctx: Any, cell: Any, rec: Record, copy_to: Path | None = None) 
         raise NotScriptable(f"the case's source {case_file} imports this project")
     if copy_to is not None:
         shutil.copy2(case_file, copy_to / "case_source.py")
-    from harness.run.parity import output_names
+    from harness.worker.parity import output_names
 
     opts = g.options
     outputs = output_names(ctx.output_paths)   # as GroupContext.prepare names them
@@ -425,7 +425,7 @@ def write_upstream(ctx: Any, rec: Record, bundle_dir: Path) -> None:
         note = f"{type(exc).__name__}: {exc}"
     try:
         data_sets = write_test_data(ctx, bundle_dir) if ctx.feeds and getattr(ctx, "references", None) else []
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a bundle without test data still holds the model and repro.py
         data_sets = []
     tolerance = (ctx.spec.atol, ctx.spec.rtol) if getattr(ctx, "spec", None) is not None else (None, None)
     (bundle_dir / ISSUE).write_text(issue_text(rec, note, data_sets, tolerance), encoding="utf-8",

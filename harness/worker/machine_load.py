@@ -19,7 +19,7 @@ exceeded ``STEAL_LOADED`` (by more than the counters' clock-tick rounding can ad
 window). Where ``/proc`` is missing (not Linux) only the load average is
 known, and the window is loaded when it exceeds the CPUs by half (beyond this process's own).
 
-Interleaved A/B timing (``harness.run.ab_timer``) also asks, per round of a few milliseconds,
+Interleaved A/B timing (``harness.worker.runtime_only.ab_timer``) also asks, per round of a few milliseconds,
 whether the timing process had its core (``cpu_clock``: its CPU time against wall time): a round
 in which it ran for less than ``CONTENDED`` of the time was competing for a CPU with other work,
 and is left out. What a round keeps is a ratio of two block medians (each the median call of a
@@ -38,9 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-OTHER_CPU_LOADED = 0.25
-CONTENDED = 0.5
-STEAL_LOADED = 0.05
+from harness.core.timing import OTHER_CPU_LOADED, STEAL_LOADED
+
 _PROC = Path("/proc")
 
 

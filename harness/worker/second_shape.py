@@ -19,7 +19,7 @@ FAILING = ("rejected", "differs")
 
 
 def _grown_alone(ctx: Any, dim_name: str) -> Any:
-    from harness.run.parity import second_shape_inputs
+    from harness.worker.parity import second_shape_inputs
 
     only = {key: {d: n for d, n in ds.items() if n == dim_name} for key, ds in ctx.dims.items()}
     return second_shape_inputs(ctx.spec.example, {key: ds for key, ds in only.items() if ds})
@@ -32,9 +32,9 @@ def dim_outcomes(ctx: Any, adapter: Any, graph_inputs: list[str], judge: bool) -
     import numpy as np
     import torch
 
-    from harness.run.inputs import iter_dims
-    from harness.run.parity import ParityError, compare_outputs, output_leaves
-    from harness.run.stages import _match_feeds
+    from harness.worker.inputs import iter_dims
+    from harness.worker.parity import ParityError, compare_outputs, output_leaves
+    from harness.worker.stages import _match_feeds
 
     out: dict[str, str] = {}
     for dim_name in sorted({name for _, _, name in iter_dims(ctx.dims)}):
@@ -68,7 +68,7 @@ def dim_outcomes(ctx: Any, adapter: Any, graph_inputs: list[str], judge: bool) -
 
 def culprit_text(ctx: Any, outcomes: dict[str, str], which: tuple[str, ...] = FAILING) -> list[str]:
     """"'seq' (input_0 dim 1)" for each dim whose outcome is in ``which``."""
-    from harness.run.inputs import iter_dims
+    from harness.worker.inputs import iter_dims
 
     names = {leaf.key: leaf.name for leaf in ctx.spec.example.leaves()}
     out = []
@@ -112,7 +112,7 @@ def explain(ctx: Any, rec: Any, outcomes: dict[str, str]) -> None:
 
 
 def example_size(ctx: Any, dim_name: str) -> int | None:
-    from harness.run.inputs import iter_dims
+    from harness.worker.inputs import iter_dims
 
     for key, d, n in iter_dims(ctx.dims):
         if n == dim_name:

@@ -46,7 +46,7 @@ def output_leaves(obj: Any) -> list[tuple[tuple, np.ndarray]]:
             return [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]
         import torch.utils._pytree as pytree
 
-        from harness.run.inputs import component
+        from harness.worker.inputs import component
 
         try:
             flat, _ = pytree.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
@@ -75,7 +75,7 @@ def flatten_outputs(obj: Any) -> list[np.ndarray]:
 
 def output_names(paths: list[tuple]) -> list[str]:
     """ONNX output names from output paths: 'output_0', 'output_1_0', 'output_logits'."""
-    from harness.run.inputs import valid_name
+    from harness.worker.inputs import valid_name
 
     names: list[str] = []
     for path in paths:
@@ -98,8 +98,8 @@ def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
     sign); the returned ``notes`` then say so ("example shape: output 0: 3 NaN values at the
     same places as eager"), for the caller to put on the record.
 
-    ``floors`` (per output, ``harness.run.noise``; None: not judged against the noise): the
-    model's own float32 noise, judged besides atol / rtol by the rule of ``harness.run.noise``
+    ``floors`` (per output, ``harness.worker.noise``; None: not judged against the noise): the
+    model's own float32 noise, judged besides atol / rtol by the rule of ``harness.worker.noise``
     (noise beyond the tolerance passes with a note; a divergence far above it fails).
     """
     if len(expected) != len(actual):
@@ -221,10 +221,10 @@ def _compare_one(exp: np.ndarray, act: np.ndarray, atol: float, rtol: float,
 
 def _noise_verdict(stats: dict[str, Any], floor: float | None, e: np.ndarray,
                    finite: np.ndarray) -> str | None:
-    """Where the output stands against the model's own noise (rule: ``harness.run.noise``):
+    """Where the output stands against the model's own noise (rule: ``harness.worker.noise``):
     'noise' (a difference the floor excuses), 'divergence' (far above it), None (neither, or no
     floor). Records the floor and the ratio in ``stats``."""
-    from harness.run.noise import (
+    from harness.worker.noise import (
         DIVERGENCE_RATIO,
         DIVERGENCE_REL,
         NOISE_MAX_SHARE,
@@ -279,7 +279,7 @@ def second_shape_inputs(inputs: Any, dynamic_dims: dict, seed: int = 1) -> Any:
     """
     import torch
 
-    from harness.run.inputs import CaseInputs, iter_dims
+    from harness.worker.inputs import CaseInputs, iter_dims
 
     if not dynamic_dims:
         return None

@@ -6,7 +6,7 @@ A case returns one of
 - ``(model, inputs_mapping[, dynamic_dims[, second_inputs]])``: keyword inputs
   (``{"input_ids": ..., "attention_mask": ...}``);
 - ``(model, args, kwargs[, dynamic_dims[, second_inputs]])``: both.
-``dynamic_dims`` is resolved by ``harness.run.inputs.resolve_dims`` (index, path or structure).
+``dynamic_dims`` is resolved by ``harness.worker.inputs.resolve_dims`` (index, path or structure).
 ``second_inputs`` (or the function's ``second_inputs`` attribute, a value or a callable) are
 inputs of the same structure at another shape, used instead of generated ones.
 
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from harness.core.cell import CaseRef
 from harness.probes import PROBES
-from harness.run.inputs import CaseInputs, InputsError, Key, is_dim_map, resolve_dims
+from harness.worker.inputs import CaseInputs, InputsError, Key, is_dim_map, resolve_dims
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -134,7 +134,7 @@ def declared_files(fn: Callable[..., Any]) -> tuple[str, ...]:
     """``fn.data_files`` (paths or globs, relative to the file defining the case) as paths."""
     import inspect
 
-    from harness.run.loaded import expand_declared
+    from harness.worker.loaded import expand_declared
 
     declared = getattr(fn, "data_files", None) or ()
     if isinstance(declared, (str, Path)):

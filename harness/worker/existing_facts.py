@@ -80,7 +80,7 @@ def main(modules):
     out = {"python_version": platform.python_version(), "implementation": sys.implementation.name,
            "executable": sys.executable, "prefix": sys.prefix,
            "platform": f"{sys.platform}-{platform.machine()}"}
-    if sys.version_info >= (3, 8):  # noqa: UP036 - an older one still says which it is
+    if sys.version_info >= (3, 8):
         from importlib.util import find_spec
 
         dists = installed()

@@ -7,7 +7,7 @@ runner (``harness.run.ab``) compares them round by round inside each process and
 fresh ones. Runs in an environment with the runtime (a runtime-only environment, or a cell's
 own); imports the runtime's adapter, ``latency`` (the warm-up) and ``machine_load``.
 
-    python -m harness.run.ab_timer SPEC.json
+    python -m harness.worker.runtime_only.ab_timer SPEC.json
 
 ``SPEC.json``: ``{"runtime", "threads", "seed", "block_s", "block_calls", "warmup": {protocol},
 "files": [{"spool", "precision", "options"}]}``. Answers on stdout, one JSON line each, prefixed
@@ -23,6 +23,7 @@ own); imports the runtime's adapter, ``latency`` (the warm-up) and ``machine_loa
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import statistics
@@ -31,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-PREFIX = "AB "
+from harness.core.wire import AB_PREFIX, AB_TIMER_MODULE
 
 
 def say(message: dict[str, Any]) -> None:
-    sys.stdout.write(PREFIX + json.dumps(message) + "\n")
+    sys.stdout.write(AB_PREFIX + json.dumps(message) + "\n")
     sys.stdout.flush()
 
 
@@ -53,47 +54,50 @@ def block(fn: Callable[[], Any], block_s: float, block_calls: int) -> float:
             return statistics.median(times) * 1e3
 
 
-def load(spec: dict[str, Any], rng: random.Random) -> tuple[list[Callable[[], Any]], list[Any], str | None]:
-    """Every file's timed call (adapters created in a random order), the adapters, the version."""
-    from harness.run.runtime_probe import match_feeds, read_spooled
+def load(spec: dict[str, Any], rng: random.Random, active: contextlib.ExitStack) -> tuple[list[Callable[[], Any]], str | None]:
+    """Every file's timed call (adapters created in a random order, each active until ``active``
+    closes), and the runtime's version."""
     from harness.runtimes import load_adapter
+    from harness.runtimes.base import match_feeds
+    from harness.worker.spool import read_spooled
 
     adapter_cls = load_adapter(spec["runtime"])
     files = spec["files"]
     calls: list[Any] = [None] * len(files)
-    adapters: list[Any] = []
     for i in rng.sample(range(len(files)), len(files)):
         spooled = read_spooled(Path(files[i]["spool"]))
         adapter = adapter_cls(spooled.onnx, threads=spec.get("threads"), precision=files[i].get("precision", "fp32"),
                               options=files[i].get("options") or {})
         adapter.prepare(spooled.shapes)
-        adapter.activate()
-        adapters.append(adapter)
+        active.enter_context(adapter)
         calls[i] = adapter.timed_call(match_feeds(spooled.feeds, adapter.input_names()))
-    return calls, adapters, adapter_cls.version()
+    return calls, adapter_cls.version()
 
 
 def serve(spec: dict[str, Any], commands: Any = None) -> int:
+    with contextlib.ExitStack() as active:
+        return _serve(spec, commands, active)
+
+
+def _serve(spec: dict[str, Any], commands: Any, active: contextlib.ExitStack) -> int:
     from harness.core.job import LatencyProtocol
-    from harness.run.latency import warm_up
-    from harness.run.machine_load import LoadProbe, cpu_clock
+    from harness.runtimes import runtime_info
+    from harness.worker.latency import warm_up
+    from harness.worker.machine_load import LoadProbe, cpu_clock
+    from harness.worker.runtime_only.release_check import runtime_error
 
     rng = random.Random(spec.get("seed"))
     block_s, block_calls = float(spec.get("block_s", 0.002)), int(spec.get("block_calls", 3))
     try:
-        calls, adapters, version = load(spec, rng)
+        calls, version = load(spec, rng, active)
         protocol = LatencyProtocol.from_dict(spec.get("warmup"))
         for i in rng.sample(range(len(calls)), len(calls)):
             warm_up(calls[i], protocol)
         call_ms = [block(fn, block_s, block_calls) for fn in calls]
     except Exception as exc:  # noqa: BLE001 - a file this runtime cannot load is the runner's to report
-        from harness.run.runtime_probe import runtime_error
-
         say({"ready": False, "error": runtime_error(exc, Path(spec["files"][0]["spool"]))})
         return 0
     say({"ready": True, "version": version, "call_ms": call_ms})
-    from harness.runtimes import runtime_info
-
     # A GPU runtime's process waits on the device: its CPU share says nothing of contention.
     on_gpu = runtime_info(spec["runtime"]).needs_gpu
     clock = cpu_clock()
@@ -109,15 +113,13 @@ def serve(spec: dict[str, Any], commands: Any = None) -> int:
         share = (clock() - c0) / max(time.perf_counter() - w0, 1e-9)
         say({"t": t, "cpu": None if on_gpu else round(share, 3)})
     say({"load": probe.result()})
-    for adapter in adapters:
-        adapter.deactivate()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m harness.run.ab_timer SPEC.json", file=sys.stderr)
+        print(f"usage: python -m {AB_TIMER_MODULE} SPEC.json", file=sys.stderr)
         return 2
     return serve(json.loads(Path(args[0]).read_text()))
 

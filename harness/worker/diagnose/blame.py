@@ -24,7 +24,7 @@ passing cell: no cost there). It puts a ``Blame`` on the record:
   eager and the runtime does not; ``unknown`` with why otherwise.
 
 Standard library at module level; numpy, onnx and runtimes lazily. ``python -m
-harness.run.blame reference DIR`` is the capped reference rung's subprocess.
+harness.worker.diagnose.blame reference DIR`` is the capped reference rung's subprocess.
 """
 from __future__ import annotations
 
@@ -45,15 +45,17 @@ from harness.core.record import (
     Record,
     runtime_repository,
 )
-from harness.run.reference import (  # noqa: F401 (REFERENCE_* re-exported for callers)
+from harness.core.wire import ONNX_REFERENCE_MODULE, REFERENCE_CAP_ENV
+from harness.worker.diagnose.onnx_reference import (  # noqa: F401 (REFERENCE_* re-exported for callers)
     REFERENCE_GAPS,
     REFERENCE_MAX_BYTES,
     REFERENCE_MAX_NODES,
-    library_file as _library_file,
     reference_gap,
 )
+from harness.worker.diagnose.onnx_reference import (
+    library_file as _library_file,
+)
 
-REFERENCE_CAP_ENV = "HARNESS_BLAME_REFERENCE_S"
 REFERENCE_CAP_S = 30.0
 # Export failures raised by a guard or constraint of the model's own Python.
 _MODEL_GUARD = re.compile(
@@ -160,8 +162,8 @@ def size_to_constant_lines(model: Any) -> list[str]:
 def _compare(references: list[list[Any]], outputs: list[list[Any]], atol: float, rtol: float,
              floors: list[Any] | None = None) -> str | None:
     """None when every shape agrees with eager, else what differs first; judged as the cell was
-    (``floors``: the model's own noise per shape, ``harness.run.noise``)."""
-    from harness.run.parity import ParityError, compare_outputs
+    (``floors``: the model's own noise per shape, ``harness.worker.noise``)."""
+    from harness.worker.parity import ParityError, compare_outputs
 
     for i, (ref, out) in enumerate(zip(references, outputs)):
         try:
@@ -181,7 +183,7 @@ def _rung(name: str, outcome: str, detail: str = "", seconds: float | None = Non
 
 def _judge(name: str, run_shapes, references, atol, rtol, floors=None) -> dict[str, Any]:
     """Run ``run_shapes()`` (outputs per shape; raises at the shape that fails) and compare."""
-    from harness.run.stages import short_error
+    from harness.worker.stages import short_error
 
     t0 = time.perf_counter()
     try:
@@ -214,7 +216,7 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
-            proc = subprocess.run([sys.executable, "-m", "harness.run.blame", "reference", tmp], env=env,
+            proc = subprocess.run([sys.executable, "-m", ONNX_REFERENCE_MODULE, "reference", tmp], env=env,
                                   capture_output=True, text=True, timeout=cap)
         except subprocess.TimeoutExpired:
             return _rung("onnx-reference", "no-reference", f"the reference evaluator ran past {cap:g} s",
@@ -275,7 +277,7 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
         import onnxruntime as ort
     except ImportError:
         return _rung(name, "unavailable", "onnxruntime is not installed in this environment")
-    from harness.run.stages import _match_feeds
+    from harness.worker.stages import _match_feeds
 
     def run_shapes():
         so = ort.SessionOptions()
@@ -292,8 +294,8 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
 
 def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, references, atol, rtol,
                   floors=None) -> dict[str, Any]:
-    from harness.run.stages import _match_feeds
     from harness.runtimes import load_adapter
+    from harness.worker.stages import _match_feeds
 
     def run_shapes():
         adapter = load_adapter(cell.runtime_name)(ctx.onnx_path, threads=ctx.job.threads, precision=precision,
@@ -458,7 +460,7 @@ def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
     blame = specialisation_blame(rec, graph, rungs, size_lines) or classify(
         rec, rungs, list(graph.get("specialised") or []), size_lines, reduced)
     if blame.party == "exporter" and rec.stage == "parity":
-        from harness.run.divergence import first_divergence
+        from harness.worker.diagnose.divergence import first_divergence
 
         blame.divergence = first_divergence(ctx, rec)
     return blame
@@ -469,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) == 2 and args[0] == "reference":
         _reference_main(Path(args[1]))
         return 0
-    print("usage: python -m harness.run.blame reference DIR", file=sys.stderr)
+    print("usage: python -m harness.worker.diagnose.blame reference DIR", file=sys.stderr)
     return 2
 
 

@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Any, Iterator
 
-from harness.run.reference import library_file
+from harness.worker.diagnose.onnx_reference import library_file
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _REPLACED = re.compile(r"set_replacement (s\d+) = (-?\d+) \(range_refined_to_singleton\)")

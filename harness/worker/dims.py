@@ -6,7 +6,7 @@ What the file really does decides: a dim is fixed where the file's dim is a numb
 dynamic where it is a symbol, whatever the symbol's name (torch 2.6's dynamo exporter names some
 dynamic dims by their example size, '2', after logging "Ignored guard s0 == 2"; such files run
 at other sizes). A dim the exported program pins to one value while the file keeps a symbol is
-only a candidate (``pinned``): the second shape confirms it or not (``harness.run.second_shape``).
+only a candidate (``pinned``): the second shape confirms it or not (``harness.worker.second_shape``).
 
 Worker side: standard library at module level; torch and onnx lazily.
 """

@@ -13,9 +13,9 @@ from typing import Any
 
 from harness.core.cell import EXPORTERS
 from harness.core.record import GraphFacts
-from harness.run.cases import CaseSpec
-from harness.run.dims import DimPolicyUnavailable, io_facts
-from harness.run.inputs import CaseInputs, Dims, Key, dims_by_name, signature_of
+from harness.worker.cases import CaseSpec
+from harness.worker.dims import DimPolicyUnavailable, io_facts
+from harness.worker.inputs import CaseInputs, Dims, Key, dims_by_name, signature_of
 
 # How torch.onnx.export(dynamo=True) turns ``dynamic_axes`` into ``dynamic_shapes``, per release
 # (read in each release's torch/onnx/_internal/exporter/_compat.py / _dynamic_shapes.py):
@@ -135,13 +135,13 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     static) and what torch.onnx.export returned (dynamo: the ONNXProgram, whose exported program
     tells which dims were fixed), plus facts for the record's graph (the optimum exporter's
     validation). ``dim_policy`` (dynamo only) marks dims as a user would write them instead of as
-    the release converts ``dynamic_axes``. ``log`` (an ``harness.run.export_log.ExportLog``)
+    the release converts ``dynamic_axes``. ``log`` (an ``harness.worker.export_log.ExportLog``)
     listens to what torch says while a dynamo export runs; it changes nothing in the export.
     """
     import torch
 
     if exporter == "optimum":  # Optimum's own exporter: its facts go into the record's graph
-        from harness.run.export_optimum import export_optimum
+        from harness.worker.export_optimum import export_optimum
 
         return None, None, export_optimum(spec, opset, path, dynamic=dynamic,
                                           constant_folding=constant_folding)
@@ -170,7 +170,7 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
 def _call_source(spec: CaseSpec, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """``{"export_call": source}``: the call as a user would write it (``repro.export_call_source``),
     recorded in the record's graph for the advisor; None where the arguments cannot be written out."""
-    from harness.run.repro import export_call_source
+    from harness.worker.diagnose.repro import export_call_source
 
     try:
         return {"export_call": export_call_source(spec, args, kwargs)}

@@ -4,7 +4,7 @@ runtime-only environments (no torch), so a runtime release costs a load and a ru
 Three matrix keys ask for it (``RuntimeAxes``):
 
 - ``runtime_versions: {ort-cpu: [1.18.1, 1.20.1]}``: every release listed, recorded per cell as
-  ``graph.runtime_versions {runtime: {version: ProbeResult}}``;
+  ``graph.runtime_versions {runtime: {version: ReleaseCheck}}``;
 - ``runtime_floor: {ort-cpu: [1.16.3, 1.18.1, ...]}``: the oldest listed release that loads the
   file and matches eager, by bisection, as ``graph.runtime_floor {runtime: {oldest_ok,
   first_bad, reason, tried}}`` ("needs onnxruntime >= 1.18.1: IR version 10 (1.16.3 reads up to 9)");
@@ -12,7 +12,7 @@ Three matrix keys ask for it (``RuntimeAxes``):
   {version, status, stage, error}}``, which the gate blocks on.
 
 Each record also carries the file it reused: ``graph.onnx_file {sha256, ir_version, opsets}``.
-Runner side; the worker side is ``harness.run.runtime_probe``.
+Runner side; the worker side is ``harness.worker.runtime_only.release_check``.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from packaging.version import Version
 
 from harness.core.passes import NOT_INSTALLED, asked_releases, releases_missing
 from harness.core.record import Record, read_records
+from harness.core.wire import CHECK_FAIL, CHECK_PASS, RELEASE_CHECK_MODULE, SPOOL_META, ReleaseCheck
 from harness.envs.provider import harness_process_env
 from harness.envs.runtime_only import RuntimeOnlyEnvs, RuntimeRelease
-from harness.run.runtime_probe import FAIL, PASS, SPOOL_META, ProbeResult
 
 PROBE_TIMEOUT_S = 300
 INSTALL_STAGE = NOT_INSTALLED   # a release whose environment could not be made: nothing known of the file
@@ -95,11 +95,11 @@ class ReleaseProber:
     def __init__(self, envs: RuntimeOnlyEnvs | None = None, threads: int = 1) -> None:
         self.envs = envs or RuntimeOnlyEnvs()
         self.threads = threads
-        self.done: dict[tuple[str, RuntimeRelease], ProbeResult] = {}
+        self.done: dict[tuple[str, RuntimeRelease], ReleaseCheck] = {}
         self.probes = 0        # load-and-runs
         self.processes = 0
 
-    def __call__(self, spool: Path, digest: str, release: RuntimeRelease) -> ProbeResult:
+    def __call__(self, spool: Path, digest: str, release: RuntimeRelease) -> ReleaseCheck:
         self.prefetch([(spool, digest, release)])
         return self.done[(digest, release)]
 
@@ -112,13 +112,13 @@ class ReleaseProber:
             for digest, result in zip(files, self._probe(list(files.values()), release)):
                 self.done[(digest, release)] = result
 
-    def _probe(self, spools: list[Path], release: RuntimeRelease) -> list[ProbeResult]:
+    def _probe(self, spools: list[Path], release: RuntimeRelease) -> list[ReleaseCheck]:
         env = self.envs.get(release)
         if env.error is not None:
-            return [ProbeResult(FAIL, stage=INSTALL_STAGE, error=env.error)] * len(spools)
+            return [ReleaseCheck(CHECK_FAIL, stage=INSTALL_STAGE, error=env.error)] * len(spools)
         self.probes += len(spools)
         self.processes += 1
-        cmd = [env.python, "-m", "harness.run.runtime_probe", "--runtime", release.runtime,
+        cmd = [env.python, "-m", RELEASE_CHECK_MODULE, "--runtime", release.runtime,
                "--threads", str(self.threads), *[a for s in spools for a in ("--spool", str(s))]]
         child_env = harness_process_env(self.threads)
         child_env.pop("VIRTUAL_ENV", None)
@@ -126,23 +126,23 @@ class ReleaseProber:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env,
                                   timeout=PROBE_TIMEOUT_S * len(spools))
         except subprocess.TimeoutExpired:
-            return [ProbeResult(FAIL, stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s a file")] * len(spools)
+            return [ReleaseCheck(CHECK_FAIL, stage="run", error=f"no answer within {PROBE_TIMEOUT_S} s a file")] * len(spools)
         lines = proc.stdout.strip().splitlines()
         try:
-            results = [ProbeResult.from_dict(d) for d in json.loads(lines[-1])]
+            results = [ReleaseCheck.from_dict(d) for d in json.loads(lines[-1])]
             if len(results) == len(spools):
                 return results
         except (IndexError, ValueError, TypeError):
             pass
         tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:400]
-        return [ProbeResult(FAIL, stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")] * len(spools)
+        return [ReleaseCheck(CHECK_FAIL, stage="load", error=f"the runtime's process ended ({proc.returncode}): {tail}")] * len(spools)
 
 
 _IR = re.compile(r"IR version:?\s*(\d+),\s*max supported IR version:?\s*(\d+)", re.I)
 _OPSET = re.compile(r"opset\s*(\d+)\D[^.]*?(?:under development|not supported|max(?:imum)? supported[^\d]*(\d+))", re.I)
 
 
-def floor_reason(package: str, oldest_ok: str | None, first_bad: str, bad: ProbeResult,
+def floor_reason(package: str, oldest_ok: str | None, first_bad: str, bad: ReleaseCheck,
                  facts: dict[str, Any]) -> str:
     """Why ``first_bad`` fails where ``oldest_ok`` does not, in the runtime's own words first."""
     needs = f"needs {package} >= {oldest_ok}" if oldest_ok else f"no listed {package} release works"
@@ -154,7 +154,7 @@ def floor_reason(package: str, oldest_ok: str | None, first_bad: str, bad: Probe
     return f"{needs}: {bad.stage or 'load'} fails on {first_bad}: {error[:200]}"
 
 
-def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Generator[RuntimeRelease, ProbeResult, dict[str, Any]]:
+def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Generator[RuntimeRelease, ReleaseCheck, dict[str, Any]]:
     """The oldest release that works, by bisection over ``releases``: yields each release to try,
     is sent what it made of the file, returns ``{oldest_ok, first_bad, reason, tried, listed}``.
     Working is assumed to stay working in newer releases: the newest is tried first, then halves
@@ -163,7 +163,7 @@ def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Gener
     it is left out of the search and named in ``not_installed``, never a ``first_bad``."""
     ordered = sorted(releases, key=lambda r: Version(r.version))
     package = ordered[0].package
-    tried: dict[str, ProbeResult] = {}
+    tried: dict[str, ReleaseCheck] = {}
     not_installed: dict[str, str] = {}
 
     def usable(below: RuntimeRelease | None = None, above: RuntimeRelease | None = None) -> list[RuntimeRelease]:
@@ -184,7 +184,7 @@ def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Gener
         tried[newest.version] = answer = yield newest
         if answer.stage == INSTALL_STAGE:
             not_installed[newest.version] = answer.error or "install failed"
-        elif answer.status == PASS:
+        elif answer.status == CHECK_PASS:
             good = newest
         else:
             return result(oldest_ok=None, first_bad=newest.version,
@@ -197,7 +197,7 @@ def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Gener
         tried[mid.version] = answer = yield mid
         if answer.stage == INSTALL_STAGE:
             not_installed[mid.version] = answer.error or "install failed"
-        elif answer.status == PASS:
+        elif answer.status == CHECK_PASS:
             good = mid
         else:
             bad = mid
@@ -205,13 +205,13 @@ def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Gener
                   reason=floor_reason(package, good.version, bad.version, tried[bad.version], facts) if bad else None)
 
 
-def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease], ProbeResult],
+def find_floor(releases: list[RuntimeRelease], works: Callable[[RuntimeRelease], ReleaseCheck],
                facts: dict[str, Any]) -> dict[str, Any]:
     """``floor_search`` driven by ``works`` for one file."""
     return drive({None: floor_search(releases, facts)}, lambda asked: {k: works(r) for k, r in asked.items()})[None]
 
 
-def drive(searches: dict[Any, Generator], answer: Callable[[dict[Any, RuntimeRelease]], dict[Any, ProbeResult]]) -> dict[Any, Any]:
+def drive(searches: dict[Any, Generator], answer: Callable[[dict[Any, RuntimeRelease]], dict[Any, ReleaseCheck]]) -> dict[Any, Any]:
     """Run many floor searches side by side: each round asks every unfinished search's next
     release at once (``answer`` gets key → release), so one process per release serves them all."""
     results: dict[Any, Any] = {}
@@ -233,8 +233,8 @@ def drive(searches: dict[Any, Generator], answer: Callable[[dict[Any, RuntimeRel
     return results
 
 
-def _brief(result: ProbeResult) -> str:
-    return PASS if result.status == PASS else f"{result.stage}: {result.error}"[:300]
+def _brief(result: ReleaseCheck) -> str:
+    return CHECK_PASS if result.status == CHECK_PASS else f"{result.stage}: {result.error}"[:300]
 
 
 def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: dict[str, str],
@@ -285,7 +285,7 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
     searches = {(spool, rt): floor_search([RuntimeRelease(rt, v) for v in axes.floor[rt]], facts_of[spool])
                 for _, rt, spool in todo if rt in axes.floor}
 
-    def answer(asked: dict[tuple[Path, str], RuntimeRelease]) -> dict[tuple[Path, str], ProbeResult]:
+    def answer(asked: dict[tuple[Path, str], RuntimeRelease]) -> dict[tuple[Path, str], ReleaseCheck]:
         prober.prefetch([(spool, digest[spool], rel) for (spool, _), rel in asked.items()])
         return {key: prober.done[(digest[key[0]], rel)] for key, rel in asked.items()}
 
@@ -297,7 +297,7 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
             _say_not_installed(rec, "runtime_versions", rt, done)
         if (spool, rt) in floors:
             floor = rec.graph.setdefault("runtime_floor", {})[rt] = floors[(spool, rt)]
-            _say_not_installed(rec, "runtime_floor", rt, {v: ProbeResult(FAIL, stage=INSTALL_STAGE, error=e)
+            _say_not_installed(rec, "runtime_floor", rt, {v: ReleaseCheck(CHECK_FAIL, stage=INSTALL_STAGE, error=e)
                                                           for v, e in floor.get("not_installed", {}).items()})
         if rt in axes.deploy:
             result = prober.done[(digest[spool], RuntimeRelease(rt, axes.deploy[rt]))]
@@ -308,7 +308,7 @@ def annotate_records(records: list[Record], spools: dict[str, Path], runtimes: d
     return stats
 
 
-def _say_not_installed(rec: Record, name: str, runtime: str, results: dict[str, ProbeResult]) -> None:
+def _say_not_installed(rec: Record, name: str, runtime: str, results: dict[str, ReleaseCheck]) -> None:
     """The releases of one pass that could not be installed, as the record's pass not run."""
     failed = {v: r for v, r in results.items() if r.stage == INSTALL_STAGE}
     if failed:
