@@ -108,7 +108,7 @@ def test_status_names_are_spelled_only_in_core():
 # workers; the runner reads only their registries) runs in the tool's own environment.
 WORKER_RUN = {"worker", "fresh", "loaded", "stages", "cases", "inputs", "export", "export_optimum", "dims",
               "parity", "latency", "machine_load", "bundle", "blame", "divergence", "repro", "determinism",
-              "runtime_probe", "reference", "reduce", "logcap"}
+              "runtime_probe", "reference", "reduce", "logcap", "export_log", "noise", "second_shape"}
 # Import names of pyproject.toml's distributions where they differ, and what jinja2 brings as part
 # of its own API (markupsafe.Markup).
 IMPORT_NAMES = {"pyyaml": "yaml"}
