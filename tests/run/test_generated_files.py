@@ -37,7 +37,7 @@ def _ctx(tmp_path: Path):
     spec = build_case("tiny", ref)
     group = SimpleNamespace(exporter="dynamo", opset=18, options=ExportOptions(), case_ref=ref, cells=[], case="tiny")
     return SimpleNamespace(spec=spec, group=group, job=SimpleNamespace(base_dir=str(tmp_path), threads=1),
-                           output_paths=[(0,)], shapes=[spec.example])
+                           output_paths=[(0,)], shapes=[spec.example], feeds=[spec.example.feeds()])
 
 
 def _code_tokens(source: str) -> list[str]:
