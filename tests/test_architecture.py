@@ -177,3 +177,13 @@ def test_runner_side_modules_import_only_what_the_tool_declares():
             continue
         offenders += [f"{rel}: {t}" for t in _imports(path) if t.split(".")[0] not in allowed]
     assert not offenders, offenders
+
+
+def test_the_existing_environment_reader_answers_as_the_runner_reads():
+    """``worker/existing_facts.py`` runs as ``python -I -c <text>`` in a foreign interpreter and
+    imports nothing of the harness: its answer prefix is spelled there too, and must be the wire's."""
+    from harness.core.wire import EXISTING_FACTS_FILE, EXISTING_FACTS_PREFIX
+    from harness.envs.existing import PROBE_FILE
+
+    assert PROBE_FILE == HARNESS / EXISTING_FACTS_FILE and PROBE_FILE.exists()
+    assert f"PREFIX = {EXISTING_FACTS_PREFIX!r}" in PROBE_FILE.read_text().replace('"', "'")

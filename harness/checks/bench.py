@@ -39,10 +39,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.checks.bench_env import env_json
 from harness.core.job import LatencyProtocol
 from harness.core.record import Record, read_records
 from harness.core.status import Stage
-from harness.core.wire import BENCH_LATENCY_MODULE, FORK_ENV
+from harness.core.wire import FORK_ENV
 from harness.envs.provider import harness_process_env
 from harness.envs.venv import VenvProvider
 from harness.matrix.config import load_matrix
@@ -70,12 +71,6 @@ def latency_env(config: Path, only: str) -> Path:
     raise ConfigError(f"{config}: no environment with both ort-cpu and openvino (check runtimes and --only)")
 
 
-def _env_json(python: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([str(python), "-m", BENCH_LATENCY_MODULE, *args], capture_output=True,
-                          text=True, env=harness_process_env(1), check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 _MEDIAN = re.compile(r"Median:\s+([0-9.]+)\s+(ms|us)")
 
 
@@ -100,14 +95,14 @@ def spread(values: list[float]) -> float:
 
 def bench_latency_accuracy(python: Path, repeats: int = REPEATS) -> dict[str, Any]:
     methods = {
-        "harness ort-cpu": lambda m: _env_json(python, "harness", m, "ort-cpu"),
-        "bare ort loop": lambda m: _env_json(python, "bare-ort", m),
-        "harness openvino": lambda m: _env_json(python, "harness", m, "openvino"),
+        "harness ort-cpu": lambda m: env_json(python, "harness", m, "ort-cpu"),
+        "bare ort loop": lambda m: env_json(python, "bare-ort", m),
+        "harness openvino": lambda m: env_json(python, "harness", m, "openvino"),
         "benchmark_app": lambda m: {"median_ms": benchmark_app_median(python, m)},
     }
     out: dict[str, Any] = {"repeats": repeats, "threads": 1, "python": str(python)}
     with tempfile.TemporaryDirectory(prefix="harness-bench-models-") as tmp:
-        models = _env_json(python, "models", tmp)
+        models = env_json(python, "models", tmp)
         for name, model in models.items():
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
             for _ in range(repeats):           # interleaved: slow drift of the host hits all alike

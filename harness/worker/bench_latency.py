@@ -95,7 +95,7 @@ AB_MODELS = {"base": {"layers": 10, "producer": "torch 1"}, "twin": {"layers": 1
 def ab_models(folder: Path) -> dict[str, str]:
     """Spool folders of three files: ``base``, ``twin`` (byte-different, the same graph: as fast)
     and ``slow`` (three more layers: about 1.3x slower); name → folder."""
-    from harness.worker.runtime_only.release_check import write_spool
+    from harness.worker.spool import write_spool
 
     out = {}
     for name, kw in AB_MODELS.items():

@@ -168,9 +168,9 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
 
 
 def _call_source(spec: CaseSpec, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """``{"export_call": source}``: the call as a user would write it (``repro.export_call_source``),
+    """``{"export_call": source}``: the call as a user would write it (``export_source.export_call_source``),
     recorded in the record's graph for the advisor; None where the arguments cannot be written out."""
-    from harness.worker.diagnose.repro import export_call_source
+    from harness.worker.export_source import export_call_source
 
     try:
         return {"export_call": export_call_source(spec, args, kwargs)}

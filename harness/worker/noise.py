@@ -97,7 +97,7 @@ def _float64_outputs(model: Any, inputs: Any) -> list[np.ndarray]:
     casts to float32 kept at float64 (``_upcast_mode``)."""
     import torch
 
-    from harness.worker.parity import output_leaves
+    from harness.worker.outputs import output_leaves
 
     twin = copy.deepcopy(model).double()
     wide = inputs.map_tensors(lambda leaf: _as_float64(leaf.value))
@@ -110,7 +110,7 @@ def _reordered_outputs(model: Any, inputs: Any) -> list[np.ndarray]:
     oneDNN off (other kernels, other blocking, other summation order)."""
     import torch
 
-    from harness.worker.parity import output_leaves
+    from harness.worker.outputs import output_leaves
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2 if threads == 1 else 1)

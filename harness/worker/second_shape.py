@@ -32,15 +32,16 @@ def dim_outcomes(ctx: Any, adapter: Any, graph_inputs: list[str], judge: bool) -
     import numpy as np
     import torch
 
+    from harness.runtimes.base import match_feeds
     from harness.worker.inputs import iter_dims
-    from harness.worker.parity import ParityError, compare_outputs, output_leaves
-    from harness.worker.stages import _match_feeds
+    from harness.worker.outputs import output_leaves
+    from harness.worker.parity import ParityError, compare_outputs
 
     out: dict[str, str] = {}
     for dim_name in sorted({name for _, _, name in iter_dims(ctx.dims)}):
         try:
             grown = _grown_alone(ctx, dim_name)
-            feeds = _match_feeds(grown.feeds(), graph_inputs)
+            feeds = match_feeds(grown.feeds(), graph_inputs)
         except Exception:  # noqa: BLE001 - the probe is a diagnosis; the verdict stands without it
             out[dim_name] = "not-probed"
             continue

@@ -191,7 +191,7 @@ class GroupContext:
     def _prepare(self) -> None:
         from harness.worker import export as exp
         from harness.worker.cases import CaseSkipped, build_case
-        from harness.worker.parity import output_names
+        from harness.worker.outputs import output_names
 
         g, opts = self.group, self.group.options
         try:
@@ -285,7 +285,8 @@ class GroupContext:
         failure. Last, the model's own float32 noise at each shape (``harness.worker.noise``)."""
         import torch
 
-        from harness.worker.parity import output_leaves, second_shape_inputs
+        from harness.worker.outputs import output_leaves
+        from harness.worker.parity import second_shape_inputs
 
         spec = self.spec
         with torch.no_grad():

@@ -31,7 +31,7 @@ from harness.gate.compare import CellComparison, Settings, Verdict
 from harness.gate.retime import timed
 from harness.run.ab import ABSettings, Stack, TimedFile
 from harness.worker.bench_latency import ab_models, micro
-from harness.worker.runtime_only.release_check import write_spool
+from harness.worker.spool import write_spool
 
 RUNS = 20          # comparisons of byte-different equal files (the bar)
 SAME_RUNS = 5      # comparisons of a file with itself

@@ -27,7 +27,7 @@ import decoding  # tests/cases, on the path from the line above
 from harness.probes import attention, recurrent, vision
 from harness.worker import noise
 from harness.worker.inputs import CaseInputs
-from harness.worker.parity import output_leaves
+from harness.worker.outputs import output_leaves
 
 
 class Encoder(torch.nn.Module):

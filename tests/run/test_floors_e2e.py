@@ -39,6 +39,8 @@ DIRECT = textwrap.dedent("""
         print(exc)
 """)
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def floors_run(tmp_path_factory):

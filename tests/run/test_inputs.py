@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 from harness.worker.cases import as_inputs, parse_result  # noqa: E402 - after the torch importorskip
 from harness.worker.inputs import CaseInputs, InputsError, dims_by_name, resolve_dims  # noqa: E402 - after the torch importorskip
-from harness.worker.parity import output_leaves, output_names, second_shape_inputs  # noqa: E402 - after the torch importorskip
+from harness.worker.outputs import output_leaves, output_names  # noqa: E402 - after the torch importorskip
+from harness.worker.parity import second_shape_inputs  # noqa: E402 - after the torch importorskip
 
 
 class LM(torch.nn.Module):

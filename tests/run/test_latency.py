@@ -12,13 +12,13 @@ from harness.core.cell import CellKey
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency, Record
 from harness.core.status import Status
+from harness.core.timing import median_ci_rank
 from harness.worker import latency as lat
 from harness.worker.latency import (
     MAX_KEPT,
     bounded_sample,
     converged,
     measure,
-    median_ci_rank,
     median_interval,
     summarize,
 )

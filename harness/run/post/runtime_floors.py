@@ -28,6 +28,7 @@ from typing import Any, Callable, Generator
 
 from packaging.version import Version
 
+from harness.core.bisection import bisection
 from harness.core.passes import NOT_INSTALLED, asked_releases, releases_missing
 from harness.core.record import Record, read_records
 from harness.core.wire import CHECK_FAIL, CHECK_PASS, RELEASE_CHECK_MODULE, SPOOL_META, ReleaseCheck
@@ -89,7 +90,7 @@ def file_facts(path: Path, graph: dict[str, Any]) -> dict[str, Any]:
 
 
 class ReleaseProber:
-    """Runs ``runtime_probe``: each (file, release) once, and every file waiting for one release
+    """Runs ``release_check``: each (file, release) once, and every file waiting for one release
     in one process of its runtime-only environment (one start and import per release)."""
 
     def __init__(self, envs: RuntimeOnlyEnvs | None = None, threads: int = 1) -> None:
@@ -192,15 +193,24 @@ def floor_search(releases: list[RuntimeRelease], facts: dict[str, Any]) -> Gener
     if good is None:
         return result(oldest_ok=None, first_bad=None,
                       reason=f"no listed {package} release could be installed: the file was tried on none")
-    while left := usable(below=good, above=bad):
-        mid = left[len(left) // 2]
-        tried[mid.version] = answer = yield mid
-        if answer.stage == INSTALL_STAGE:
-            not_installed[mid.version] = answer.error or "install failed"
-        elif answer.status == CHECK_PASS:
-            good = mid
-        else:
-            bad = mid
+    # Between the releases known to fail (below: the virtual index -1) and the oldest known to work,
+    # releases that cannot be installed stepped over.
+    index = {r.version: i for i, r in enumerate(ordered)}
+    skip = {index[v] for v in not_installed}
+    search = bisection(-1, index[good.version], middle="upper")
+    try:
+        i = next(search)
+        while True:
+            if i in skip:
+                i = search.send(None)
+                continue
+            tried[ordered[i].version] = answer = yield ordered[i]
+            if answer.stage == INSTALL_STAGE:
+                not_installed[ordered[i].version] = answer.error or "install failed"
+            i = search.send(None if answer.stage == INSTALL_STAGE else answer.status != CHECK_PASS)
+    except StopIteration as stop:
+        lo, hi, _ = stop.value
+    good, bad = ordered[hi], (ordered[lo] if lo >= 0 else None)
     return result(oldest_ok=good.version, first_bad=bad.version if bad else None,
                   reason=floor_reason(package, good.version, bad.version, tried[bad.version], facts) if bad else None)
 

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.core.paths import HARNESS_DIR
 from harness.core.record import (
     EXPORTER_REPOSITORIES,
     Blame,
@@ -213,7 +214,7 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
         for i, f in enumerate(feeds):
             np.savez(Path(tmp) / f"feeds_{i}.npz", **f)
         (Path(tmp) / "job.json").write_text(json.dumps({"model": str(model_path), "shapes": len(feeds)}))
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(HARNESS_DIR.parent)   # the folder holding the harness package this worker runs
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
             proc = subprocess.run([sys.executable, "-m", ONNX_REFERENCE_MODULE, "reference", tmp], env=env,
@@ -277,7 +278,7 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
         import onnxruntime as ort
     except ImportError:
         return _rung(name, "unavailable", "onnxruntime is not installed in this environment")
-    from harness.worker.stages import _match_feeds
+    from harness.runtimes.base import match_feeds
 
     def run_shapes():
         so = ort.SessionOptions()
@@ -287,7 +288,7 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
             so.intra_op_num_threads = int(threads)
         sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
-        return [[__import__("numpy").asarray(o) for o in sess.run(None, _match_feeds(f, names))] for f in feeds]
+        return [[__import__("numpy").asarray(o) for o in sess.run(None, match_feeds(f, names))] for f in feeds]
 
     return _judge(name, run_shapes, references, atol, rtol, floors)
 
@@ -295,7 +296,7 @@ def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, 
 def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, references, atol, rtol,
                   floors=None) -> dict[str, Any]:
     from harness.runtimes import load_adapter
-    from harness.worker.stages import _match_feeds
+    from harness.runtimes.base import match_feeds
 
     def run_shapes():
         adapter = load_adapter(cell.runtime_name)(ctx.onnx_path, threads=ctx.job.threads, precision=precision,
@@ -303,7 +304,7 @@ def _runtime_rung(name: str, cell: Any, ctx: Any, precision: str, feeds, referen
         adapter.prepare([{n: tuple(v.shape) for n, v in f.items()} for f in feeds])
         with adapter:
             names = adapter.input_names()
-            return [[__import__("numpy").asarray(o) for o in adapter.infer(_match_feeds(f, names))] for f in feeds]
+            return [[__import__("numpy").asarray(o) for o in adapter.infer(match_feeds(f, names))] for f in feeds]
 
     return _judge(name, run_shapes, references, atol, rtol, floors)
 

@@ -72,8 +72,8 @@ def onnx_values(model_path: Path, feeds: dict[str, Any], names: set[str]) -> tup
     import numpy as np
     import onnx
 
+    from harness.runtimes.base import match_feeds
     from harness.worker.diagnose.onnx_reference import reference_gap
-    from harness.worker.stages import _match_feeds
 
     model = onnx.load(str(model_path))
     if reference_gap(model_path) is None:
@@ -81,7 +81,7 @@ def onnx_values(model_path: Path, feeds: dict[str, Any], names: set[str]) -> tup
             from onnx.reference import ReferenceEvaluator
 
             ref = ReferenceEvaluator(model)
-            results = ref.run(None, _match_feeds(feeds, list(ref.input_names)), intermediate=True)
+            results = ref.run(None, match_feeds(feeds, list(ref.input_names)), intermediate=True)
             return {k: np.asarray(v) for k, v in results.items() if k in names}, "onnx-reference"
         except Exception:  # noqa: BLE001 - fall back to ONNX Runtime
             pass
@@ -105,7 +105,7 @@ def onnx_values(model_path: Path, feeds: dict[str, Any], names: set[str]) -> tup
         so.log_severity_level = 4
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         outs = [o.name for o in sess.get_outputs()]
-        got = sess.run(outs, _match_feeds(feeds, [i.name for i in sess.get_inputs()]))
+        got = sess.run(outs, match_feeds(feeds, [i.name for i in sess.get_inputs()]))
     return {n: np.asarray(v) for n, v in zip(outs, got) if n in names}, "ort-disable-all"
 
 
