@@ -138,6 +138,20 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """Check the code's own habits with ruff (its rules are in pyproject.toml; CI runs this)."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", "harness", "tests", "docs", "noxfile.py")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with --strict (the hooks read the harness's own types)."""
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", *(session.posargs or ["--site-dir", "site"]))
+
+
+@nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmark the tool: warm environment reuse, cell throughput, worker memory, timing floor."""
     _harness(session, "bench")

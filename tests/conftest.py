@@ -5,7 +5,24 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import make_store, run_matrix
+from helpers import CURRENT_TEST, make_store, run_matrix
+
+# The shared end-to-end run: a test that reads it runs cells, whatever its module says.
+E2E_FIXTURES = {"e2e_run", "e2e_records", "e2e_meta"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Before `-m` selects: every test that uses the shared end-to-end run is e2e."""
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: is it marked e2e (``helpers.check_e2e_marker``)."""
+    CURRENT_TEST.update(e2e=item.get_closest_marker("e2e") is not None, id=item.nodeid)
 
 
 @pytest.fixture

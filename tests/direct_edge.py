@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+
 try:
     import onnxruntime  # noqa: F401 - direct_verdict imports it; the helpers used here do not need it
     _stub = False

@@ -1,7 +1,12 @@
 """Direct check for the onnxscript gate test, no harness code: export a conv+bn+relu with the
 dynamo exporter (opset 18) and run it in ONNX Runtime; prints max_abs, or FAIL and the error."""
 import sys
-import torch, onnxscript, onnxruntime as ort, numpy as np
+
+import numpy as np
+import onnxruntime as ort
+import onnxscript
+import torch
+
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
 x = torch.randn(2, 3, 16, 16)

@@ -9,8 +9,6 @@ model's own float32 noise) are as in direct_verdict.py; each shape runs in a fre
 from __future__ import annotations
 
 import importlib
-import json
-import sys
 import warnings
 
 import numpy as np

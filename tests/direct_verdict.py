@@ -5,7 +5,7 @@ Run inside an environment's python: ``python direct_verdict.py CELLS.json OUT.js
 exported in a process forked for it alone. Tests compare
 these with the harness's records: a harness `pass` that this script fails is the bug we fear most.
 
-Cases may return nested and keyword inputs (see harness/run/cases.py for the contract); this
+Cases may return nested and keyword inputs (see harness/worker/cases.py for the contract); this
 script reads them with its own few lines. Dynamic dims reach torch as its documentation asks:
 ``dynamic_axes`` keyed by input name for TorchScript, ``dynamic_shapes`` shaped like the inputs
 for ``dynamo=True`` (where torch 2.13 calls ``dynamic_axes`` deprecated), each dim marked as the
@@ -373,7 +373,7 @@ def noise_floors(model, shapes, refs):
                     floors.append(max(gap, float(np.finfo(np.float32).eps) * scale) or None)
                 out.append(floors)
         return out
-    except Exception:  # noqa: BLE001 - a model that does not run in float64: judged by atol/rtol only
+    except Exception:
         return [None] * len(refs)
 
 
@@ -484,7 +484,7 @@ def in_fresh_process(fn, item) -> dict:
         os.close(r)
         try:
             data = json.dumps(fn(item)).encode()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             data = json.dumps({"stage": None, "status": "crash", "error": repr(e)[:200]}).encode()
         while data:
             data = data[os.write(w, data):]

@@ -1,4 +1,4 @@
-"""Drives harness.run.divergence inside a torch environment (tests/run/test_blame.py): a small
+"""Drives harness.worker.diagnose.divergence inside a torch environment (tests/run/test_blame.py): a small
 dynamo export whose file is then changed at one known node (the weight of ``block.fc2``), as an
 exporter that mistranslated that layer would leave it; prints the first diverging node as JSON.
 
@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import onnx
 import torch
 from onnx import numpy_helper
 from torch import nn
 
-from harness.run.divergence import first_divergence
-from harness.run.inputs import CaseInputs
+from harness.worker.diagnose.divergence import first_divergence
+from harness.worker.inputs import CaseInputs
 
 
 class Block(nn.Module):

@@ -82,11 +82,28 @@ def harness_command(*args: str) -> list[str]:
     return [str(product_python()), "-m", "harness", *args]
 
 
+# Commands that run cells in torch environments (building them on a cold cache), and whether the
+# test now running is marked e2e (tests/conftest.py sets it before the test's fixtures are built).
+CELL_COMMANDS = {"matrix", "gate", "bisect", "reduce", "bench", "gpu-check"}
+CURRENT_TEST = {"e2e": True, "id": ""}
+
+
+def check_e2e_marker(args: tuple[str, ...], returncode: int) -> None:
+    """A test that ran cells (a cell command that got past its input checks: exit 0 or 1) must be
+    marked e2e, so that `-m "not e2e"` stays the fast path; exit 2 (bad input, nothing installed)
+    is a unit test's business."""
+    command = next((a for a in args if a in CELL_COMMANDS), None)
+    if command and returncode in (0, 1) and not CURRENT_TEST["e2e"]:
+        raise AssertionError(f"{CURRENT_TEST['id']} ran `harness {command}` (exit {returncode}) without the "
+                             "e2e marker: mark the test (or its module) with pytest.mark.e2e")
+
+
 def run_harness(*args: str, cwd: Path = ROOT, check: bool = True, env: dict[str, str] | None = None,
                 timeout: float | None = None) -> subprocess.CompletedProcess:
     """``python -m harness ARGS`` in the product environment; ``env``: variables to add."""
     proc = subprocess.run(harness_command(*args), cwd=cwd, capture_output=True, text=True,
                           env=product_env(**(env or {})), timeout=timeout)
+    check_e2e_marker(args, proc.returncode)
     if check and proc.returncode != 0:
         raise AssertionError(f"harness {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -1,4 +1,7 @@
-"""The shape of harness/: packages follow the data flow and no import runs back up it.
+"""The shape of harness/: packages follow the data flow and no import runs back up it, and the
+folder says which process runs a module (``harness/worker/``: inside an environment; everything
+else but ``probes/`` and ``runtimes/``, which workers import: the runner, in the tool's own
+environment). Both sides meet only in ``harness/core/wire.py`` (and ``core/events.py``).
 
 Every import counts, also those inside functions and under TYPE_CHECKING: a lazy import against
 the flow is still a dependency against it.
@@ -16,6 +19,7 @@ HARNESS = ROOT / "harness"
 LAYERS = [
     {"core"},
     {"probes", "runtimes", "console"},
+    {"worker"},
     {"matrix"},
     {"envs"},
     {"store"},
@@ -72,22 +76,62 @@ def test_no_import_runs_against_the_flow():
     assert not against, "\n".join(against)
 
 
+# What runs inside an environment: the worker's folder, and what workers import of the rest.
+WORKER_SIDE = ("worker", "core", "runtimes", "probes")
+# The bench (``nox -s bench``) drives worker code in its own process on purpose: it measures it.
+RUNNER_MAY_IMPORT_WORKER = {"checks/bench.py"}
+
+
+def _side(rel: Path) -> str:
+    return "worker" if rel.parts[0] in WORKER_SIDE else "runner"
+
+
 def test_worker_side_modules_import_no_runner_side_dependency():
     """The worker runs inside every environment, where only torch, onnx, numpy and the runtime
-    packages are installed: its modules import nothing of pydantic, pandas, rich or yaml."""
-    worker_side = [HARNESS / "core", HARNESS / "runtimes", HARNESS / "probes"] + [
-        HARNESS / "run" / f"{m}.py" for m in ("worker", "stages", "cases", "export", "parity", "latency", "bundle", "blame", "repro", "divergence",
-                                              "dims", "reduce", "inputs", "logcap", "ab_timer", "runtime_probe",
-                                              "machine_load", "noise", "export_log", "second_shape")
-    ] + [HARNESS / "checks" / "bench_latency.py"]   # the bench's measurements inside an environment
+    packages are installed: its modules import nothing of pydantic, pandas, rich or yaml, and no
+    runner module."""
     banned = re.compile(r"^(pydantic|pandas|rich|yaml|jinja2|tabulate|matplotlib|docker|filelock|psutil|scipy)\b")
     offenders = []
-    for item in worker_side:
-        for path in ([item] if item.is_file() else item.rglob("*.py")):
-            offenders += [f"{path.relative_to(HARNESS)}: {t}" for t in _imports(path) if banned.match(t)]
-            offenders += [f"{path.relative_to(HARNESS)}: {t}" for t in _imports(path)
-                          if (p := _package(t)) and p in RANK and RANK[p] > RANK["run"]]
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS)
+        if _side(rel) != "worker":
+            continue
+        offenders += [f"{rel}: {t}" for t in _imports(path) if banned.match(t)]
+        offenders += [f"{rel}: {t}" for t in _imports(path) if (p := _package(t)) and p not in WORKER_SIDE]
     assert not offenders, offenders
+
+
+def test_runner_side_modules_import_no_worker_code():
+    """A runner module that imports worker code drags torch-side imports into the runner (the
+    supervisor once imported a constant from the worker); the wire is ``core/wire.py``."""
+    offenders = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS)
+        if _side(rel) == "runner" and rel.as_posix() not in RUNNER_MAY_IMPORT_WORKER:
+            offenders += [f"{rel}: {t}" for t in _imports(path) if _package(t) == "worker"]
+    assert not offenders, offenders
+
+
+def test_module_paths_are_spelled_only_in_the_wire():
+    """A module path written as a string (``python -m harness.worker``) is an import no check
+    sees: each is a constant of ``core/wire.py`` (or of the registry that names its own modules)."""
+    spelled = re.compile(r"^harness(\.[a-z_]+)+$")
+    allowed = {"core/wire.py", "probes/zoo/__init__.py"}
+    found = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS)
+        if rel.as_posix() in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and spelled.match(node.value) \
+                    and not _is_template_package(node, path):
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not found, found
+
+
+def _is_template_package(node: ast.Constant, path: Path) -> bool:
+    """Jinja2's template folders are packages it loads, not processes."""
+    return "PackageLoader(" in path.read_text().splitlines()[node.lineno - 1]
 
 
 def test_status_names_are_spelled_only_in_core():
@@ -103,12 +147,6 @@ def test_status_names_are_spelled_only_in_core():
     assert not found, found
 
 
-# Worker-side modules of run/ (and the runtime-only environment's): they run where torch, onnx
-# and the runtimes are. Every other module of harness/ but probes/ and runtimes/ (imported by
-# workers; the runner reads only their registries) runs in the tool's own environment.
-WORKER_RUN = {"worker", "fresh", "loaded", "stages", "cases", "inputs", "export", "export_optimum", "dims",
-              "parity", "latency", "machine_load", "bundle", "blame", "divergence", "repro", "determinism",
-              "runtime_probe", "reference", "reduce", "logcap", "export_log", "noise", "second_shape"}
 # Import names of pyproject.toml's distributions where they differ, and what jinja2 brings as part
 # of its own API (markupsafe.Markup).
 IMPORT_NAMES = {"pyyaml": "yaml"}
@@ -135,8 +173,17 @@ def test_runner_side_modules_import_only_what_the_tool_declares():
     offenders = []
     for path in sorted(HARNESS.rglob("*.py")):
         rel = path.relative_to(HARNESS)
-        if rel.parts[0] in ("probes", "runtimes") or (rel.parts[0] == "run" and path.stem in WORKER_RUN) \
-                or rel.as_posix() in ("checks/bench_latency.py", "envs/existing_probe.py"):
+        if _side(rel) == "worker" and rel.parts[0] != "core":
             continue
         offenders += [f"{rel}: {t}" for t in _imports(path) if t.split(".")[0] not in allowed]
     assert not offenders, offenders
+
+
+def test_the_existing_environment_reader_answers_as_the_runner_reads():
+    """``worker/existing_facts.py`` runs as ``python -I -c <text>`` in a foreign interpreter and
+    imports nothing of the harness: its answer prefix is spelled there too, and must be the wire's."""
+    from harness.core.wire import EXISTING_FACTS_FILE, EXISTING_FACTS_PREFIX
+    from harness.envs.existing import PROBE_FILE
+
+    assert PROBE_FILE == HARNESS / EXISTING_FACTS_FILE and PROBE_FILE.exists()
+    assert f"PREFIX = {EXISTING_FACTS_PREFIX!r}" in PROBE_FILE.read_text().replace('"', "'")

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from helpers import ROOT
 
 from harness.cli import build_parser

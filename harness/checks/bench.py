@@ -18,7 +18,7 @@ assertions in tests. In one run:
   ``python -m harness.checks.bench blame-cost RUN_DIR`` prints it for any finished run.
 - the gate's interleaved latency comparison (``bench_interleaved``): false "slower" on equal
   files and detection of a 1.3x file, quiet and with one core kept busy, and its seconds;
-- process isolation (``harness.run.fresh``): the start cost of a group's process forked from the
+- process isolation (``harness.worker.group_process``): the start cost of a group's process forked from the
   warm worker, against a group run in the long-lived worker and a cold ``python -c "import
   torch"``, and the small matrix's verdict phase with a fresh process per group against the
   long-lived worker (``HARNESS_WORKER_FORK=0``), same verdicts asked of both.
@@ -39,15 +39,17 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.checks.bench_env import env_json
 from harness.core.job import LatencyProtocol
 from harness.core.record import Record, read_records
 from harness.core.status import Stage
+from harness.core.wire import FORK_ENV
 from harness.envs.provider import harness_process_env
 from harness.envs.venv import VenvProvider
 from harness.matrix.config import load_matrix
 from harness.matrix.plan import build_plan
 from harness.matrix.rules import ConfigError, parse_only
-from harness.run.latency import measure
+from harness.worker.latency import measure
 
 BENCH_MATRIX = Path(__file__).with_name("bench.yaml")
 REPEATS = 5                   # fresh processes per model and method
@@ -67,12 +69,6 @@ def latency_env(config: Path, only: str) -> Path:
             provider.ensure(env_plan.env)
             return provider.python(env_plan.env)
     raise ConfigError(f"{config}: no environment with both ort-cpu and openvino (check runtimes and --only)")
-
-
-def _env_json(python: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([str(python), "-m", "harness.checks.bench_latency", *args], capture_output=True,
-                          text=True, env=harness_process_env(1), check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 _MEDIAN = re.compile(r"Median:\s+([0-9.]+)\s+(ms|us)")
@@ -99,14 +95,14 @@ def spread(values: list[float]) -> float:
 
 def bench_latency_accuracy(python: Path, repeats: int = REPEATS) -> dict[str, Any]:
     methods = {
-        "harness ort-cpu": lambda m: _env_json(python, "harness", m, "ort-cpu"),
-        "bare ort loop": lambda m: _env_json(python, "bare-ort", m),
-        "harness openvino": lambda m: _env_json(python, "harness", m, "openvino"),
+        "harness ort-cpu": lambda m: env_json(python, "harness", m, "ort-cpu"),
+        "bare ort loop": lambda m: env_json(python, "bare-ort", m),
+        "harness openvino": lambda m: env_json(python, "harness", m, "openvino"),
         "benchmark_app": lambda m: {"median_ms": benchmark_app_median(python, m)},
     }
     out: dict[str, Any] = {"repeats": repeats, "threads": 1, "python": str(python)}
     with tempfile.TemporaryDirectory(prefix="harness-bench-models-") as tmp:
-        models = _env_json(python, "models", tmp)
+        models = env_json(python, "models", tmp)
         for name, model in models.items():
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
             for _ in range(repeats):           # interleaved: slow drift of the host hits all alike
@@ -186,7 +182,7 @@ def blame_cost(records: list[Record]) -> dict[str, Any]:
     """What the blame ladder cost in a run: per failing cell (its ``duration_s['blame']``, the
     ladder with its reference subprocess and, for exporter-blamed parity failures, the first
     diverging node), and on passing cells (no blame, no time: the hook returns at once)."""
-    from harness.run.blame import diagnose
+    from harness.worker.diagnose.blame import diagnose
 
     ran = [r for r in records if not r.cached_from]
     failing = [r for r in ran if r.status.is_failure and r.stage not in (None, "latency")]
@@ -318,9 +314,9 @@ def bench_plan_scaling(sizes: tuple[int, ...] = PLAN_SIZES) -> dict[str, Any]:
 # long-lived worker) or in a child forked for it; prints JSON.
 ISOLATION_SNIPPET = r"""
 import json, os, statistics, sys, tempfile, time
-from harness.run import fresh
-t0 = time.perf_counter(); preloaded = fresh.preload(); preload_s = time.perf_counter() - t0
-threads = fresh.thread_count()
+from harness.worker import group_process
+t0 = time.perf_counter(); preloaded = group_process.preload(); preload_s = time.perf_counter() - t0
+threads = group_process.thread_count()
 import torch, onnxruntime as ort
 tmp = tempfile.mkdtemp()
 def group(i):
@@ -329,7 +325,7 @@ def group(i):
     s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     s.run(None, {s.get_inputs()[0].name: x.numpy()})
 def forked(fn):
-    fresh.freeze()                          # as the worker does before each group's fork
+    group_process.freeze()                          # as the worker does before each group's fork
     t = time.perf_counter(); r, w = os.pipe(); pid = os.fork()
     if pid == 0:
         os.close(r); os.write(w, repr(time.perf_counter() - t).encode()); fn(); os._exit(0)
@@ -376,7 +372,7 @@ def bench_isolation(config: Path, only: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         store = Path(tmp) / "reports"
         old, rec_old = bench_matrix_run(config, only, store, "--fresh", "--jobs", "1",
-                                        env={"HARNESS_WORKER_FORK": "0"})
+                                        env={FORK_ENV: "0"})
         new, rec_new = bench_matrix_run(config, only, store, "--fresh", "--jobs", "1")
     return {"process_start": start, "long_lived_worker": old, "fresh_process_per_group": new,
             "verdict_phase_ratio": round(new["verdict_phase_s"] / old["verdict_phase_s"], 3)

@@ -2,7 +2,7 @@
 
 ``bench_interleaved`` (``nox -s bench -- --part interleaved``) runs the gate's own comparison of one
 cell (``harness.gate.retime.timed``: interleaved A/B timing with the gate's default settings) on
-files made by ``harness.checks.bench_latency ab-models`` in the bench environment's ONNX Runtime,
+files made by ``harness.worker.bench_latency ab-models`` in the bench environment's ONNX Runtime,
 ``AB_RUNS`` times per pair: byte-different files of one graph (a "slower" there is a false fail)
 and a file with 1.3x the work (it must be found), on a quiet machine and with one core kept busy.
 """
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.checks.bench import _env_json
+from harness.checks.bench_env import env_json
 from harness.envs.provider import harness_process_env
 
 AB_RUNS = 20                  # gate comparisons per pair and machine state
@@ -51,7 +51,7 @@ def bench_interleaved(python: Path, runs: int = AB_RUNS) -> dict[str, Any]:
     stack = Stack("ort-cpu", str(python), "ort-cpu", env)
     out: dict[str, Any] = {"runs": runs, "settings": "gate defaults (--remeasure 4)", "python": str(python)}
     with tempfile.TemporaryDirectory(prefix="harness-bench-ab-") as tmp:
-        files = {k: TimedFile(Path(v)) for k, v in _env_json(python, "ab-models", tmp).items()}
+        files = {k: TimedFile(Path(v)) for k, v in env_json(python, "ab-models", tmp).items()}
         for state in ("quiet", "one core busy"):
             with busy_core() if state != "quiet" else contextlib.nullcontext():
                 for pair, cand in (("equal files", "twin"), ("x1.3 file", "slow")):
@@ -100,7 +100,7 @@ def first_look_pair(python: Path, base: Any, cand: Any, runs: int) -> dict[str, 
 
     slower = 0
     for _ in range(runs):
-        a, b = (_env_json(python, "harness", str(Path(f.spool) / "model.onnx"), "ort-cpu") for f in (base, cand))
+        a, b = (env_json(python, "harness", str(Path(f.spool) / "model.onnx"), "ort-cpu") for f in (base, cand))
         change = compare_intervals(a["median_ms"], (a["ci_low"], a["ci_high"]), b["median_ms"],
                                    (b["ci_low"], b["ci_high"]), Settings().latency_threshold)
         slower += change.slower

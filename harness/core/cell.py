@@ -30,7 +30,7 @@ class ExportOptions:
     constant_folding: bool = True
     precision: str = "fp32"
     # None: how torch.onnx itself converts dynamic_axes on the installed release (see
-    # harness.run.dims); a policy is only set where it changes the export (dynamo, dynamic dims).
+    # harness.worker.dims); a policy is only set where it changes the export (dynamo, dynamic dims).
     dim_policy: str | None = None
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LatencyProtocol:
-    """How a passing cell is timed (matrix.yaml's ``latency``; ``harness.run.latency``).
+    """How a passing cell is timed (matrix.yaml's ``latency``; ``harness.worker.latency``).
 
     Warm-up ends on stability: once ``warmup_runs`` calls and ``warmup_s`` have passed and the
     medians of the last ``warmup_windows`` windows (each >= ``warmup_window_runs`` calls and
@@ -166,7 +166,7 @@ class Job:
     phase: str = PHASE_ALL
     determinism: bool = False     # export each group twice, in two fresh processes, and compare
     # Keep each passing group's file, feeds and eager outputs in the spool also without latency:
-    # runtime-only environments run them on other runtime releases (harness.run.floors).
+    # runtime-only environments run them on other runtime releases (harness.run.post.runtime_floors).
     keep_spool: bool = False
 
     @property

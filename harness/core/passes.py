@@ -1,8 +1,8 @@
 """The optional passes of a run, and the ones that could not be made.
 
 Beyond its verdicts a run may be asked for: the runtime releases tried on each passing cell's file
-(``runtime_versions``, ``runtime_floor``, ``deploy``: harness.run.floors), the reduction of failing
-files (``reduce``: harness.run.reduce), the blame ladder (``blame``) and the failing cell's bundle
+(``runtime_versions``, ``runtime_floor``, ``deploy``: harness.run.post.runtime_floors), the reduction of failing
+files (``reduce``: harness.worker.diagnose.reduce), the blame ladder (``blame``) and the failing cell's bundle
 (``bundle``). A pass that could not be made is never silent: the cell's record says which and why
 (``Record.passes_not_run``), and run.json lists every such pass with its reason and the cells it
 left out (``RunMeta.passes_not_run``, gathered here by ``gather``), which the terminal summary and

@@ -66,7 +66,7 @@ class Parity:
     atol: float | None = None
     rtol: float | None = None
     shapes: list[dict[str, Any]] = field(default_factory=list)
-    # The model's own float32 noise (harness.run.noise): how the floor was measured, whether it
+    # The model's own float32 noise (harness.worker.noise): how the floor was measured, whether it
     # was judged, the worst ratio and its floor; per output in shapes[i]["outputs"][j].
     noise: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # keys written by other versions
@@ -86,13 +86,13 @@ class Parity:
 
 @dataclass
 class Latency:
-    """Latency summary in milliseconds (see ``harness.run.latency``) with a bounded sample.
+    """Latency summary in milliseconds (see ``harness.worker.latency``) with a bounded sample.
 
     ``ci_low``/``ci_high``: the confidence interval of the median (order statistics);
     ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``floor_ms``: the
     runtime binding's own per-call median on an identity model. ``spread``: the robust spread
     (IQR / 1.349 / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
-    machine was busy with other work while the calls were timed (``harness.run.machine_load``).
+    machine was busy with other work while the calls were timed (``harness.worker.machine_load``).
     ``unstable_why``: what made it unstable. ``processes``: the medians of the fresh processes
     that timed it (the protocol's own first; ``harness.run.confirm``): where two disagreed, the
     median is theirs, and ``bimodal`` with ``modes`` ([lower, upper] ms) when they split in two.
@@ -167,11 +167,11 @@ def runtime_repository(runtime: str) -> str | None:
 
 @dataclass
 class Blame:
-    """Whose bug a failing cell is (``harness.run.blame``): the party, the repository to report
+    """Whose bug a failing cell is (``harness.worker.diagnose.blame``): the party, the repository to report
     it to (None for the model's own code), why, and the evidence: the rungs of the ladder, each
     ``{rung, outcome, detail, seconds}`` (outcome: agrees, differs, fails, no-reference,
     unavailable). ``source`` is the model's source line torch or the scan names; ``divergence``
-    the first ONNX node whose value differs from torch's (``harness.run.divergence``)."""
+    the first ONNX node whose value differs from torch's (``harness.worker.diagnose.divergence``)."""
 
     party: str
     reason: str
@@ -202,7 +202,7 @@ class GraphFacts(TypedDict, total=False):
     may rely on are these; the object keeps any other key (written by other versions or later
     stages) as it is, so a new fact extends it without a schema change."""
 
-    # the file (harness.run.export.graph_facts)
+    # the file (harness.worker.export.graph_facts)
     opset: int | None
     opset_imports: dict[str, int]
     ir_version: int
@@ -263,7 +263,7 @@ class Record:
     # (null: never reused), and the run that produced it when it was taken from the store.
     cache_key: str | None = None
     cached_from: str | None = None
-    # Every file the case loaded from outside the environment's packages (harness.run.loaded):
+    # Every file the case loaded from outside the environment's packages (harness.worker.loaded):
     # name (relative to the matrix file's folder where inside it) → content hash. A stored cell
     # stands for a new one only while each is unchanged (harness.core.files).
     case_files: dict[str, str] = field(default_factory=dict)

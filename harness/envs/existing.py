@@ -3,7 +3,7 @@ cell is planned.
 
 A torch entry ``{python: /opt/venv/bin/python}`` or ``{image: team/deploy:2026-11}`` names an
 environment the matrix never builds, resolves, installs into or writes inside. Its interpreter
-runs ``existing_probe`` (isolated, its bytecode cache pointed outside the environment) and says
+runs ``harness/worker/existing_facts.py`` (isolated, its bytecode cache pointed outside the environment) and says
 what is installed there: torch and its build, CUDA, every distribution with its version and
 files' hashes, the runtime modules importable. The cells' ``torch`` is the release found there.
 
@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.core.env import ExistingEnv
-from harness.core.paths import envs_dir
+from harness.core.paths import HARNESS_DIR, envs_dir
+from harness.core.wire import EXISTING_FACTS_FILE, EXISTING_FACTS_PREFIX
 from harness.matrix.rules import ConfigError
 from harness.runtimes import RUNTIMES
 
 if TYPE_CHECKING:
     from harness.matrix.config import Matrix, TorchSpec
 
-PROBE_FILE = Path(__file__).with_name("existing_probe.py")
-PREFIX = "HARNESS-ENV-PROBE "
+PROBE_FILE = HARNESS_DIR / EXISTING_FACTS_FILE
+PREFIX = EXISTING_FACTS_PREFIX
 PROBE_TIMEOUT_S = 600        # a cold `import torch` of a CUDA build from a slow disk takes minutes
 MIN_PYTHON = (3, 10)         # the worker's own floor (pyproject's requires-python)
 MODULES = sorted({r.module for r in RUNTIMES.values() if r.module})

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import import_root
+from harness.core.wire import CONTAINER_MODULE, WORKER_MODULE
 from harness.envs.existing import pycache_dir
 from harness.envs.provider import EnvironmentBuildError, Provider, harness_process_env
 from harness.runtimes import gpu_unavailable_reason
@@ -47,7 +48,7 @@ class ExistingPython:
         return existing_marker(spec, self.name)
 
     def worker_command(self, spec: EnvSpec) -> list[str]:
-        return [spec.existing.python, "-m", "harness.run.worker"]
+        return [spec.existing.python, "-m", WORKER_MODULE]
 
     def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:
         """The harness alone on PYTHONPATH (the environment's own path is what the probe read, no
@@ -95,7 +96,7 @@ class ExistingImage:
 
     def worker_command(self, spec: EnvSpec) -> list[str]:
         found = spec.existing
-        cmd = [sys.executable, "-m", "harness.envs.docker.container", "--image", found.facts["image_id"],
+        cmd = [sys.executable, "-m", CONTAINER_MODULE, "--image", found.facts["image_id"],
                "--python", found.python, "--harness", str(import_root())]
         return cmd + (["--gpus"] if spec.needs_gpu else [])
 

@@ -19,7 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from harness.core.env import EnvSpec
 from harness.envs.provider import EnvironmentBuildError, uv_bin
-from harness.matrix.config import Matrix
+from harness.matrix.config import COMPANIONS, Matrix
 from harness.matrix.plan import Plan
 from harness.matrix.rules import ConfigError
 from harness.runtimes import runtime_info
@@ -102,7 +102,7 @@ def _config_key(matrix: Matrix, spec: EnvSpec, package: str | None, torch_key: d
     entry = matrix.torch[index]
     if package is None or package == "torch":
         return base
-    if package in ("numpy", "onnx", "onnxscript", "protobuf"):
+    if package in COMPANIONS:
         return f"{base}.{package}" if getattr(entry, package) else base
     for j, rt in enumerate(matrix.runtimes):
         if rt.label in spec.runtimes and runtime_info(rt.name).package == package:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import envs_dir
+from harness.core.wire import WORKER_MODULE
 from harness.envs.provider import EnvironmentBuildError, cannot_create, harness_process_env, uv_bin
 from harness.runtimes import gpu_unavailable_reason
 
@@ -86,7 +87,7 @@ class VenvProvider:
         return proc.stdout
 
     def worker_command(self, spec: EnvSpec) -> list[str]:
-        return [str(self.python(spec)), "-m", "harness.run.worker"]
+        return [str(self.python(spec)), "-m", WORKER_MODULE]
 
     def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:
         env = harness_process_env(threads)

@@ -22,14 +22,14 @@ from typing import Callable
 from packaging.version import InvalidVersion, Version
 
 from harness.console import console
+from harness.core.bisection import bisection, run_search
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Stage, Status
 from harness.gate.sources import run_cells, say_refusals, stored_records, version_plan
 from harness.gate.swap import which_change
-from harness.matrix.config import Matrix, TorchSpec, load_matrix
+from harness.matrix.config import Matrix, load_matrix
 from harness.matrix.plan import Plan
-from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import fingerprint
 from harness.store.reuse import BISECT, Reused
@@ -132,21 +132,11 @@ def bisect(versions: list[str], verdict: Callable[[str], str | None]) -> Search:
     if good == bad:
         search.note = f"same verdict on both ends ({good}): nothing to bisect"
         return search
-    lo, hi = 0, len(versions) - 1
-    untestable: set[int] = set()
-    while hi - lo > 1:
-        candidates = sorted((i for i in range(lo + 1, hi) if i not in untestable),
-                            key=lambda i: (abs(i - (lo + hi) / 2), i))
-        if not candidates:
-            break
-        mid = candidates[0]
-        v = judge(mid)
-        if v is None:
-            untestable.add(mid)
-        elif v == good:
-            lo = mid
-        else:
-            hi = mid
+    def old_side(i: int) -> bool | None:
+        v = judge(i)
+        return None if v is None else v == good
+
+    lo, hi, _ = run_search(bisection(0, len(versions) - 1), old_side)
     search.last_good, search.first_bad = versions[lo], versions[hi]
     if hi - lo > 1:
         skipped = ", ".join(versions[i] for i in range(lo + 1, hi))
@@ -270,12 +260,9 @@ class Bisector:
 def companion_changes(matrix: Matrix, older: str, newer: str) -> list[str]:
     """Packages other than torch whose pins differ between two releases' environments: a verdict
     change may come from them (e.g. onnxscript moves with torch)."""
-    def pins(version: str) -> dict[str, str]:
-        spec = next((t for t in matrix.torch if t.version == version), None) or TorchSpec(version=version)
-        env = env_spec_for(spec, matrix.runtimes[0], matrix)
-        return dict(p.split("==", 1) for p in env.packages if "==" in p and not p.startswith("torch=="))
+    from harness.gate.swap import env_pins
 
-    a, b = pins(older), pins(newer)
+    a, b = env_pins(matrix, older), env_pins(matrix, newer)
     return [f"{n} {a.get(n, '—')} → {b.get(n, '—')}" for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
 
 
@@ -293,11 +280,10 @@ class BisectRequest:
 
 def run_bisect(req: BisectRequest, out: Callable[[str], None] = print) -> int:
     """Exit 0: every cell's change was found; 1: a cell has nothing to bisect or could not be
-    narrowed to two adjacent releases; 2 (ConfigError): bad input."""
+    narrowed to two adjacent releases; 2 (ConfigError): bad input. A request with ``package``
+    goes to ``harness.gate.packages.run_package_bisect`` (the command line chooses)."""
     if req.package is not None:
-        from harness.gate.packages import run_package_bisect
-
-        return run_package_bisect(req, out)
+        raise ValueError("a package bisection: harness.gate.packages.run_package_bisect")
     for name, v in (("--good", req.good), ("--bad", req.bad)):
         try:
             Version(v)

@@ -137,7 +137,7 @@ def reannotate(rec: Record, annotate: Annotator) -> Record:
 
 def compare_statuses(base: Record, cand: Record) -> tuple[Verdict, str] | None:
     """The verdict decided by statuses alone, or None when both passed."""
-    where = lambda r: f"{r.status} at {r.stage}" if r.stage else r.status  # noqa: E731
+    where = lambda r: f"{r.status} at {r.stage}" if r.stage else r.status
     if Status.ERROR in (base.status, cand.status):
         # The matrix's own code failed on that side: it says nothing about the model.
         side = "baseline" if base.status is Status.ERROR else "candidate"
@@ -336,7 +336,8 @@ class Coverage:
     cell on a CPU machine). A cell only one side has is expected and not compared: a baseline
     that shares 1 of N cells with the candidate is 1 of N, never "1 of 1". Compared: the
     expected cells with any verdict but "not comparable". A gate that compared nothing, or less
-    than ``Settings.min_compared`` of the expected cells, cannot say "no regression". A cell whose latency "cannot tell" (timed while the machine was busy) was
+    than ``Settings.min_compared`` of the expected cells, cannot say "no regression". A cell
+    whose latency "cannot tell" (timed while the machine was busy) was
     compared for its statuses and parity; only a gate whose every compared cell is one cannot tell."""
 
     compared: int

@@ -1,7 +1,7 @@
 """Deployment targets in the gate: the runtime releases a team ships (matrix key ``deploy``).
 
 A run with ``deploy`` tries each passing cell's file on those releases in runtime-only
-environments (``graph.deploy``, harness.run.floors). A bump whose file no longer loads or matches
+environments (``graph.deploy``, harness.run.post.runtime_floors). A bump whose file no longer loads or matches
 there is a new failure (``!``) even though the cell passes on the matrix's own runtime release;
 a raised runtime floor (``graph.runtime_floor``) that the deployed release still meets is noted
 as information. A passing candidate cell whose file was not tried on the release the gate's
@@ -10,9 +10,9 @@ try it) cannot be judged: the gate cannot tell (exit 2), never "no regression".
 """
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
-
 from typing import Any, Mapping
+
+from packaging.version import InvalidVersion, Version
 
 from harness.core.passes import NOT_INSTALLED, runtime_name
 from harness.core.record import Record

@@ -18,13 +18,13 @@ from typing import Any
 
 import yaml
 
-from harness.matrix.config import read_config, shipped_matrix
+from harness.matrix.config import COMPANIONS, read_config, shipped_matrix
 from harness.matrix.deps import Pins, find_files, public, read_pins, working_tree_reader
 from harness.matrix.pins import decode, platform
 from harness.matrix.rules import ConfigError
 
 # Companion packages that are torch-entry keys of the matrix file; the others become extras.
-PIN_KEYS = ("numpy", "onnx", "onnxscript", "protobuf")
+PIN_KEYS = COMPANIONS
 # Runtime packages: their version is the runtime's, not the torch entry's (kept as information).
 RUNTIME_PACKAGES = ("onnxruntime", "onnxruntime-gpu", "openvino")
 

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from harness.console import console
 from harness.gate.compare import CellComparison, Coverage, Settings, compare_sides, deploy_problem
 from harness.gate.output import write_outputs
@@ -34,7 +33,6 @@ from harness.matrix.config import Matrix, load_matrix
 from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
 from harness.store.provenance import fingerprint
-
 
 
 @dataclass
@@ -85,6 +83,25 @@ def check_installable(pending: dict[str, PendingSide], matrix: Matrix, req: Gate
               ready=getattr(provider, "is_ready", lambda spec: False), torch_key=keys)
 
 
+def gate_folder(req: GateRequest) -> Path:
+    """Where a gate writes its reports: ``--output``, else a new folder under the store's gates/."""
+    return req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def judge(sides: dict[str, Side], matrices: dict[str, Matrix], matrix: Matrix, req: GateRequest, out: Path,
+          current: dict) -> int:
+    """Every gate once its two sides are planned and run (a torch gate, a package gate, a gate
+    between two environments differ only in how they plan them): the environments checked, each
+    cell compared (``matrix``'s known failures and deployed releases), the latencies that differ
+    timed again interleaved in each side's own matrix, the reports written, the exit code."""
+    check_environments(sides)
+    base, cand = sides["baseline"], sides["candidate"]
+    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
+    retime(cells, [SideSource(which, sides[which], matrices[which]) for which in ("baseline", "candidate")],
+           req, out, current)
+    return conclude(cells, base, cand, req.settings, out, current, req.remeasure)
+
+
 def run_gate(req: GateRequest) -> int:
     """Compare the two sides and write the reports; 0 no regression, 1 regression. Anything
     that keeps the gate from comparing (arguments, config, an environment) raises ConfigError."""
@@ -93,7 +110,7 @@ def run_gate(req: GateRequest) -> int:
     check_settings(req.settings, req.remeasure)
     matrix = probe_matrix(load_matrix(req.config), req.config)   # existing environments name their release
     current = fingerprint(matrix, req.config)
-    out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = gate_folder(req)
     refs = {"baseline": req.baseline, "candidate": req.candidate}
     runs = {which: run_side_or_none(ref, req.reports) for which, ref in refs.items()}
     if same_side(runs["baseline"], runs["candidate"], req.baseline, req.candidate):
@@ -107,11 +124,7 @@ def run_gate(req: GateRequest) -> int:
     check_installable(pending, matrix, req)
     sides = {which: runs[which] or complete_side(pending[which], req.config, req.reports, req.provider,
                                                  current) for which in refs}
-    check_environments(sides)
-    base, cand = sides["baseline"], sides["candidate"]
-    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
-    retime(cells, [SideSource("baseline", base, matrix), SideSource("candidate", cand, matrix)], req, out, current)
-    return conclude(cells, base, cand, req.settings, out, current, req.remeasure)
+    return judge(sides, {"baseline": matrix, "candidate": matrix}, matrix, req, out, current)
 
 
 def conclude(cells: list[CellComparison], base: Side, cand: Side, settings: Settings, out: Path,

@@ -8,12 +8,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from harness.core.env import ExistingEnv
 from harness.core.text import ENCODE_ERRORS
 from harness.gate.compare import CellComparison, Coverage, Settings, Verdict, deploy_problem
-from harness.gate.environments import package_changes, packages_markdown
 from harness.gate.sources import Side
 from harness.report.text import md_code, md_text
 
+SHOWN = 40   # rows of the package table in gate.md (all of them are in gate.json)
+# The packages a reader looks for first; the rest follow in alphabetical order.
+FIRST = ("torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "openvino", "tensorrt", "numpy",
+         "protobuf", "transformers", "optimum", "optimum-onnx", "torchvision", "timm")
 # Characters XML 1.0 does not allow anywhere in a document, escaped or not (NUL, backspace,
 # other C0 controls but tab/newline/CR, lone surrogates, U+FFFE/U+FFFF).
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -29,6 +33,41 @@ SECTIONS = [
     (Verdict.XFAIL, "Known failures (`xfail`, not blocking)"),
     (Verdict.NOT_COMPARABLE, "Not comparable"), (Verdict.STILL_FAILING, "Still failing"),
 ]
+
+
+def package_changes(base: ExistingEnv, cand: ExistingEnv) -> list[tuple[str, str, str]]:
+    """(package, baseline, candidate) for each package whose version differs, is on one side
+    only, or has the same version built from other files; Python first when it differs."""
+    before, after = base.versions, cand.versions
+    rows = []
+    if base.python_version != cand.python_version:
+        rows.append(("python", base.python_version, cand.python_version))
+    if base.facts.get("cuda") != cand.facts.get("cuda"):
+        rows.append(("CUDA (torch's)", str(base.facts.get("cuda") or "none"), str(cand.facts.get("cuda") or "none")))
+    order = {name: i for i, name in enumerate(FIRST)}
+    for name in sorted(set(before) | set(after), key=lambda n: (order.get(n, len(order)), n)):
+        b, c = before.get(name, "—"), after.get(name, "—")
+        if b != c:
+            rows.append((name, b, c))
+        elif base.hashes.get(name) and cand.hashes.get(name) and base.hashes[name] != cand.hashes[name]:
+            rows.append((name, f"{b} (files {base.hashes[name][:8]})", f"{c} (files {cand.hashes[name][:8]})"))
+    return rows
+
+
+def packages_markdown(base: Side, cand: Side) -> list[str]:
+    """gate.md's first section for two environments: the packages that differ between them."""
+    if base.environment is None or cand.environment is None:
+        return []
+    rows = package_changes(base.environment, cand.environment)
+    lines = ["", f"### Packages that differ ({len(rows)})", "",
+             f"Baseline {md_code(base.environment.where)}, candidate {md_code(cand.environment.where)}."]
+    if not rows:
+        return lines + ["", "Same package versions on both sides."]
+    lines += ["", "| package | baseline | candidate |", "|---|---|---|"]
+    lines += [f"| {md_text(n)} | {md_text(b)} | {md_text(c)} |" for n, b, c in rows[:SHOWN]]
+    if len(rows) > SHOWN:
+        lines.append(f"\n{len(rows) - SHOWN} more in gate.json (`packages_differ`).")
+    return lines
 
 
 def _state(rec: Any, median: float | None = None) -> str:

@@ -21,12 +21,12 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from harness.matrix.config import Matrix, TorchSpec
+from harness.matrix.config import COMPANIONS, Matrix, TorchSpec
 from harness.matrix.rules import ConfigError
 from harness.runtimes import RUNTIMES
 
 # Companions a torch entry pins by a field of its own.
-PINNED_FIELDS = ("numpy", "onnx", "onnxscript", "protobuf")
+PINNED_FIELDS = COMPANIONS
 
 
 def _norm(name: str) -> str:
@@ -89,21 +89,16 @@ def with_package(matrix: Matrix, spec: TorchSpec, bump: PackageBump, version: st
 
 def run_package_gate(req, bump: PackageBump) -> int:
     """The gate with ``bump.package`` moving and everything else held; 0 / 1 / 2 as run_gate."""
-    import time
-
-    from harness.gate.compare import compare_sides
-    from harness.gate.main import check_settings, conclude
-    from harness.gate.retime import SideSource, retime
-    from harness.gate.sources import check_environments, complete_side, plan_version_side
+    from harness.gate.main import check_settings, gate_folder, judge
+    from harness.gate.sources import complete_side, plan_version_side
     from harness.matrix.config import load_matrix
-    from harness.run.annotate import Annotator
     from harness.store.provenance import fingerprint
 
     check_settings(req.settings, req.remeasure)
     matrix = load_matrix(req.config)
     spec = check_bump(matrix, bump, req.config)
     current = fingerprint(matrix, req.config)
-    out = req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = gate_folder(req)
     versions = {"baseline": bump.baseline, "candidate": bump.candidate}
     matrices = {which: with_package(matrix, spec, bump, v) for which, v in versions.items()}
     pending = {}
@@ -113,11 +108,7 @@ def run_package_gate(req, bump: PackageBump) -> int:
     check_resolvable(pending, versions, req)
     sides = {which: complete_side(pending[which], req.config, req.reports, req.provider, current)
              for which in versions}
-    check_environments(sides)
-    base, cand = sides["baseline"], sides["candidate"]
-    cells = compare_sides(base, cand, Annotator(matrix.xfail), req.settings, matrix.deploy)
-    retime(cells, [SideSource(which, sides[which], matrices[which]) for which in versions], req, out, current)
-    return conclude(cells, base, cand, req.settings, out, current, req.remeasure)
+    return judge(sides, matrices, matrix, req, out, current)
 
 
 def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
@@ -140,8 +131,7 @@ def check_resolvable(pending: dict, versions: dict[str, str], req) -> None:
 def run_package_bisect(req, out=print) -> int:
     """``bisect --package NAME --good A --bad B``: the release of NAME between A and B where a
     cell's verdict changes, torch and every other pin held. Exit codes as a torch bisect."""
-    from harness.gate.bisect import (Bisector, bisect, final_releases, index_releases, releases_between,
-                                     select_keys, verdict_of)
+    from harness.gate.bisect import Bisector, bisect, final_releases, index_releases, releases_between, select_keys, verdict_of
     from harness.matrix.config import load_matrix
 
     matrix = load_matrix(req.config)

@@ -17,7 +17,7 @@ from typing import Any
 from harness.core.env import ExistingEnv
 from harness.core.passes import matrix_releases
 from harness.core.record import Record
-from harness.matrix.config import Matrix, TorchSpec
+from harness.matrix.config import Matrix
 from harness.matrix.plan import Plan, build_plan
 from harness.matrix.rules import ConfigError
 from harness.store.provenance import FINGERPRINT_FILE, run_fingerprint
@@ -46,16 +46,8 @@ class Side:
 
 
 def with_torch(matrix: Matrix, version: str) -> Matrix:
-    """The matrix restricted to one torch version; a version it does not list gets default pins
-    (a bump removes the old version from matrix.yaml, yet it must still be the baseline)."""
-    # An existing environment stands for its release once read (harness.envs.existing).
-    spec = next((t for t in matrix.torch if t.version == version and (not t.existing or t.probed)), None)
-    if spec is None:
-        try:
-            spec = TorchSpec(version=version)
-        except ValueError:
-            raise ConfigError(f"{version!r} is not a torch release such as '2.13.0'") from None
-    return matrix.model_copy(update={"torch": [spec]})
+    """The matrix restricted to one torch version (``Matrix.one_release``)."""
+    return matrix.one_release(version)
 
 
 def version_plan(matrix: Matrix, version: str) -> tuple[Matrix, Plan]:

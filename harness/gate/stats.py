@@ -21,7 +21,6 @@ from typing import Any, Sequence
 
 from harness.run.ab import ABRun, Modes, ProcessTiming, modes
 
-
 # asv's default p-value threshold: with hundreds of gated cells, 0.05 would flag several by chance.
 DEFAULT_ALPHA = 0.002
 DEFAULT_RATIO = 1.10
@@ -42,7 +41,7 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> UTest:
         raise ValueError("mann_whitney_u needs two non-empty samples")
     if len(set(x) | set(y)) == 1:
         return UTest(len(x) * len(y) / 2, 1.0)   # every value equal: nothing to tell apart
-    from scipy.stats import mannwhitneyu   # imported when a test runs: the CLI's startup stays light
+    from scipy.stats import mannwhitneyu  # imported when a test runs: the CLI's startup stays light
 
     res = mannwhitneyu(x, y, alternative="two-sided")
     return UTest(float(res.statistic), float(res.pvalue))
@@ -76,7 +75,7 @@ class LatencyChange:
 def discount_load(change: LatencyChange, base_loaded: bool | None, cand_loaded: bool | None) -> LatencyChange:
     """The change with no verdict where either side was timed on a loaded machine: a loaded
     median sits many times too high inside a narrow interval, so neither "slower" nor "faster"
-    can be told from it (``harness.run.machine_load``)."""
+    can be told from it (``harness.worker.machine_load``)."""
     sides = tuple(name for name, flag in (("baseline", base_loaded), ("candidate", cand_loaded)) if flag)
     if not sides:
         return change

@@ -9,24 +9,22 @@ from __future__ import annotations
 
 from typing import Callable
 
-from harness.matrix.config import Matrix, TorchSpec
+from harness.matrix.config import COMPANIONS, Matrix
 from harness.matrix.environments import env_spec_for
 
 # Companions a torch entry pins by a field of its own (what can be swapped back).
-SWAPPABLE = ("numpy", "onnx", "onnxscript", "protobuf")
+SWAPPABLE = COMPANIONS
 
 
 def env_pins(matrix: Matrix, version: str) -> dict[str, str]:
     """Package → pinned version of the environment a torch release gets from this matrix."""
-    spec = next((t for t in matrix.torch if t.version == version), None) or TorchSpec(version=version)
-    env = env_spec_for(spec, matrix.runtimes[0], matrix)
+    env = env_spec_for(matrix.torch_entry(version, existing=False), matrix.runtimes[0], matrix)
     return dict(p.split("==", 1) for p in env.packages if "==" in p and not p.startswith("torch=="))
 
 
 def with_pins(matrix: Matrix, version: str, pins: dict[str, str]) -> Matrix:
     """The matrix holding only torch ``version``, with these companions pinned."""
-    spec = next((t for t in matrix.torch if t.version == version), None) or TorchSpec(version=version)
-    return matrix.model_copy(update={"torch": [spec.model_copy(update=pins)]})
+    return matrix.one_release(version, **pins)
 
 
 def which_change(matrix: Matrix, older: str, newer: str, verdicts: dict[str, str | None],

@@ -21,11 +21,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
-    PrivateAttr,
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_serializer,
@@ -173,7 +173,11 @@ def is_interpreter(python: str | None) -> bool:
 # A Docker image reference: [registry[:port]/]name[:tag][@digest], lowercase path components.
 IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
                         r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
-_PINS = ("numpy", "onnx", "onnxscript", "protobuf", "extras")
+# The packages a torch entry pins by a field of its own (``TorchSpec.numpy`` ...): the one list of
+# torch's companions (what the gate can swap back, what a dependency file pins beside torch, what
+# an image installs); tests/matrix/test_config.py checks each is a field.
+COMPANIONS = ("numpy", "onnx", "onnxscript", "protobuf")
+_PINS = (*COMPANIONS, "extras")
 
 
 class TorchSpec(_Strict):
@@ -444,7 +448,7 @@ class Matrix(_Strict):
     jobs: int | None = Field(None, ge=1, le=256)
     install: InstallConfig = Field(default_factory=InstallConfig)
     # After the run: reduce every failing cell's file (load, run, parity) to the smallest graph
-    # that still fails (harness.run.reduce), each within reduce_timeout_s.
+    # that still fails (harness.worker.diagnose.reduce), each within reduce_timeout_s.
     reduce: bool = False
     reduce_timeout_s: float = Field(120, gt=0)
     # Export every group twice, each in a fresh process, and record whether the two files are
@@ -452,7 +456,7 @@ class Matrix(_Strict):
     determinism: bool = False
     # Runtime releases tried on each passing cell's exported file in runtime-only environments
     # (no torch, no export): every one listed, the oldest that works (by bisection), the one a
-    # team ships (the gate blocks on it). harness.run.floors; checked by _runtime_axes.
+    # team ships (the gate blocks on it). harness.run.post.runtime_floors; checked by _runtime_axes.
     runtime_versions: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     runtime_floor: dict[str, list[RuntimeVersion]] = Field(default_factory=dict)
     deploy: dict[str, RuntimeVersion] = Field(default_factory=dict)
@@ -462,6 +466,24 @@ class Matrix(_Strict):
     @property
     def globs(self) -> list[Any]:
         return self._globs
+
+    def torch_entry(self, version: str, existing: bool = True) -> TorchSpec:
+        """The torch entry for a release: the matrix's own (an existing environment once read
+        stands for its release; ``existing=False``: only entries installed here), else one with
+        default pins (a bump removes the old version from matrix.yaml, yet it must still be a side)."""
+        spec = next((t for t in self.torch if t.version == version and (not t.existing or (existing and t.probed))),
+                    None)
+        if spec is None:
+            try:
+                spec = TorchSpec(version=version)
+            except ValueError:
+                raise ConfigError(f"{version!r} is not a torch release such as '2.13.0'") from None
+        return spec
+
+    def one_release(self, version: str, **pins: str) -> "Matrix":
+        """The matrix restricted to one torch release (``torch_entry``), with these companions pinned."""
+        spec = self.torch_entry(version, existing=not pins)
+        return self.model_copy(update={"torch": [spec.model_copy(update=pins) if pins else spec]})
 
     @field_validator("torch", mode="before")
     @classmethod

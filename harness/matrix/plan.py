@@ -107,7 +107,7 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
         base = {"torch": matrix.torch[0].version, "exporter": matrix.exporters[0],
                 "opset": matrix.opsets[0], "runtime": matrix.runtimes[0].label,
                 "case": matrix.cases[0].label, **ExportOptions().to_dict(), **inc.axes}
-        torch_spec = torch_by_version.get(str(base["torch"])) or TorchSpec(version=str(base["torch"]))
+        torch_spec = torch_by_version.get(str(base["torch"])) or matrix.torch_entry(str(base["torch"]))
         rt = rt_by_label.get(str(base["runtime"])) or RuntimeSpec(name=str(base["runtime"]))
         case = case_by_label.get(str(base["case"])) or CaseEntry(target=str(base["case"]))
         combos.append(dict(base, torch=torch_spec, runtime=rt, case=case, opset=int(base["opset"])))

@@ -10,9 +10,9 @@ from packaging.version import InvalidVersion, Version
 from harness.core.cell import AXES as MATRIX_AXES
 from harness.core.cell import CELL_COLUMNS
 from harness.core.record import Record
-from harness.report.floors import floor_badge
 from harness.core.run import RunMeta
 from harness.core.status import Status
+from harness.report.floors import floor_badge
 
 # The axes the report summarises and filters on: every matrix axis that is a cell column.
 AXES = tuple(a for a in MATRIX_AXES if a in CELL_COLUMNS)

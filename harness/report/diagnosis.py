@@ -8,7 +8,6 @@ it did: each function returns nothing for it.
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 from typing import Any
 

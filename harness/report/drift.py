@@ -1,6 +1,6 @@
 """Graph drift: what changed in one cell's exported file between two torch releases.
 
-Compared from the graph facts a record carries (``harness.run.export.graph_facts``): operators
+Compared from the graph facts a record carries (``harness.worker.export.graph_facts``): operators
 added or removed (with counts), node count, file size, declared opset, input/output names, their
 dynamic dims and element types. Records written before the facts held ``io`` have no drift: an
 old run renders exactly as it did. The report shows drift across the torch versions of a run; the

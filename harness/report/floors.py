@@ -1,6 +1,6 @@
 """The report's runtime releases per file: each passing cell's file tried on other releases of
 its runtime in runtime-only environments (``graph.runtime_floor``, ``runtime_versions``,
-``deploy``, written by harness.run.floors).
+``deploy``, written by harness.run.post.runtime_floors).
 
 Drawn only from those facts, so a run without them renders as before: every function returns
 nothing for it.
@@ -75,4 +75,5 @@ def markdown_section(records: list[Record]) -> str:
                      tablefmt="github")
     return ("## Runtime releases per file\n\nEach passing cell's exported file, loaded and run again "
             "in runtime-only environments (no export): the oldest listed release that loads it and "
-            f"matches eager, every release listed, the release deployed. In the matrix, `≥1.18.1` marks a cell's runtime floor and `✗1.16.3` a deployed release that fails on its file.\n\n{table}\n\n")
+            "matches eager, every release listed, the release deployed. In the matrix, `≥1.18.1` marks a "
+            f"cell's runtime floor and `✗1.16.3` a deployed release that fails on its file.\n\n{table}\n\n")

@@ -23,8 +23,7 @@ from harness.core.run import RunMeta
 from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS, bounded_name
 from harness.report import diagnosis, plots
-from harness.report.floors import floor_rows
-from harness.report.passes import html_rows as passes_rows
+from harness.report.advise import advice_rows
 from harness.report.aggregate import (
     AXES,
     FAILED,
@@ -42,10 +41,11 @@ from harness.report.aggregate import (
     summaries,
     torch_bumps,
 )
-from harness.report.advise import advice_rows
 from harness.report.architectures import architectures_html
+from harness.report.floors import floor_rows
 from harness.report.markdown import OWN_ERROR_TEXT, render_markdown
 from harness.report.overview import overview_context
+from harness.report.passes import html_rows as passes_rows
 from harness.store.runs import (
     cell_log_path,
     list_runs,
@@ -253,7 +253,8 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         statuses=sorted(df["status"].unique(), key=lambda s: SEVERITY.get(s, 9)),
         failures=failure_groups(df), own_errors=_records(own[["idx", "cell_id", "stage", "error"]]),
         own_error_text=OWN_ERROR_TEXT, blamed=blame_groups(df), blame_js=_asset("blame.js") if blamed else None,
-        parties=sorted({p for p in df["party"] if isinstance(p, str)}), architectures=architectures_html(df), summaries={a: _table(t) for a, t in summaries(df).items()},
+        parties=sorted({p for p in df["party"] if isinstance(p, str)}), architectures=architectures_html(df),
+        summaries={a: _table(t) for a, t in summaries(df).items()},
         previous_id=previous[0].run_id if previous else None,
         changes=None if changes is None else _records(changes),
         bumps=_records(torch_bumps(df)) if len(torches) > 1 else None,

@@ -10,6 +10,7 @@ from tabulate import tabulate
 from harness.core.record import Record, count_by_status
 from harness.core.run import RunMeta
 from harness.core.status import Status
+from harness.report.advise import advice_markdown
 from harness.report.aggregate import (
     FAILED,
     OWN_ERRORS,
@@ -23,7 +24,6 @@ from harness.report.aggregate import (
     torch_bumps,
     torch_sort_key,
 )
-from harness.report.advise import advice_markdown
 from harness.report.architectures import architectures_markdown
 from harness.report.diagnosis import markdown_sections
 from harness.report.floors import markdown_section as floors_section

@@ -10,10 +10,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on CI machines; must precede pyplot
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from harness.report.aggregate import PASSED, sorted_torch  # noqa: E402
+from harness.report.aggregate import PASSED, sorted_torch
 
 STYLE = {"svg.fonttype": "path", "svg.hashsalt": "torch-onnx-matrix", "font.size": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}

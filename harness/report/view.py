@@ -35,7 +35,7 @@ def find_record(records: list[Record], cell: str) -> Record:
 
 def model_file(run_dir: Path, rec: Record, reduced: bool = False) -> Path:
     """The file to show; ConfigError (exit 2) with the reason when there is none."""
-    from harness.run.reduce import bundle_dir
+    from harness.run.post.reduction import bundle_dir
 
     if not rec.bundle:
         raise ConfigError(f"cell {rec.cell_id} ({rec.status.value}) has no bundle: bundles are written "
@@ -79,7 +79,7 @@ def view_cell(cell: str, run: str, reports: Path, reduced: bool = False, browse:
     path = model_file(run_dir, rec, reduced)
     if shutil.which("netron") is None:
         try:
-            import netron  # noqa: F401
+            import netron
         except ImportError:
             raise ConfigError("netron is not installed: pip install netron") from None
     address = serve(path, browse if browse is not None else can_browse(), port)

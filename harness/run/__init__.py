@@ -1,9 +1,10 @@
-"""Running a plan. Runner side: ``execute`` (environments in order, records appended durably,
-run.json kept current) and ``supervisor`` (one worker process per environment, crash and
-timeout containment), ``annotate`` (signatures, hints, xfail). Worker side, inside each
-environment: ``worker`` (the job loop and its event stream), ``stages`` (export → check → load →
-run → parity → latency), ``cases``, ``export``, ``parity``, ``latency``, ``bundle``.
+"""The runner: the tool's own process (no torch, no onnx, no runtime). A request becomes a held
+run directory (``execute``), its cells are scheduled over environments (``scheduler``,
+``workqueue``), each environment's worker process is supervised (``supervisor``, ``timeouts``,
+``processes``, ``logrelay``), every record is written once (``recorder``) and shown
+(``progress``, ``annotate``); the latency phase is confirmed (``confirm``) and A/B timed
+(``ab``). ``post/``: the passes after the verdicts that drive environments from this side.
 
-Takes a ``Plan`` and a ``Provider``; the worker takes a ``Job`` and emits ``Record``s.
-Worker-side modules import only the standard library, numpy and ``harness.core`` at module level.
+What runs inside an environment is ``harness.worker``; what both sides share is
+``harness.core.wire``. Nothing here imports ``harness.worker``.
 """

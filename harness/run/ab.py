@@ -1,5 +1,5 @@
 """Interleaved A/B timing, runner side: two exported files (or more) timed in alternation, in many
-short rounds, in several fresh processes (``harness.run.ab_timer`` is the process).
+short rounds, in several fresh processes (``harness.worker.runtime_only.ab_timer`` is the process).
 
 A *file* is a spool folder (an exported file and its feeds) with how its cell runs it (precision,
 runtime options); a *stack* is an interpreter with one runtime release (a runtime-only
@@ -11,7 +11,7 @@ out rather than letting one decide. ``decided(run)`` (the caller's statistics) e
 once ``min_processes`` sets are in, else it goes on to ``max_processes``.
 
 Each round records the share of it the timing process ran on a CPU; a round below
-``machine_load.CONTENDED`` was competing for its core, and a process whose window had steal
+``harness.core.timing.CONTENDED`` was competing for its core, and a process whose window had steal
 time is loaded as a whole: neither is evidence (``ProcessTiming.clean``).
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.core.job import LatencyProtocol
-from harness.run.ab_timer import PREFIX
-from harness.run.machine_load import CONTENDED, STEAL_LOADED
+from harness.core.timing import CONTENDED, STEAL_LOADED
+from harness.core.wire import AB_PREFIX, AB_TIMER_MODULE
 
 # Warm-up of each file in each process: short (the first round is dropped too, and a round's two
 # files are compared with each other), windows agreeing within 5 %, at most 0.15 s.
@@ -133,7 +133,7 @@ class TimerProcess:
     def __init__(self, stack: Stack, spec: Path, log: Path) -> None:
         self.log = log
         with log.open("w") as stderr:   # the child keeps its own descriptor
-            self.proc = subprocess.Popen([stack.python, "-m", "harness.run.ab_timer", str(spec)],
+            self.proc = subprocess.Popen([stack.python, "-m", AB_TIMER_MODULE, str(spec)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                          text=True, env=stack.env, start_new_session=True)
         self.answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -141,9 +141,9 @@ class TimerProcess:
 
     def _read(self) -> None:
         for line in self.proc.stdout:   # type: ignore[union-attr]
-            if line.startswith(PREFIX):
+            if line.startswith(AB_PREFIX):
                 with contextlib.suppress(ValueError):
-                    self.answers.put(json.loads(line[len(PREFIX):]))
+                    self.answers.put(json.loads(line[len(AB_PREFIX):]))
         self.answers.put(None)
 
     def ask(self, command: str | None, timeout: float) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from typing import Callable, Sequence
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency, Record
 from harness.core.status import Status
+from harness.core.timing import median_interval
 from harness.run.ab import modes
-from harness.run.latency import median_interval
 
 
 def _half(lat: Latency) -> float:

@@ -23,8 +23,8 @@ from harness.envs import make_provider
 from harness.matrix.config import Matrix
 from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
-from harness.run.floors import RuntimeAxes, annotate_run
 from harness.run.context import FRESH_ALL, FRESH_MODES, Limits, RunContext, RunRequest
+from harness.run.post.runtime_floors import RuntimeAxes, annotate_run
 from harness.run.progress import RunProgress
 from harness.run.recorder import Recorder
 from harness.run.scheduler import Scheduler, plan_needs
@@ -109,7 +109,7 @@ def _execute(request: RunRequest, run: HeldRun, jobs: int) -> None:
         cache = CellCache(request.reports, warn=_say) if request.fresh != FRESH_ALL else None
         keys = KeyContext.for_run(matrix, meta.fingerprint, getattr(ctx.provider, "name", "venv"))
         Scheduler(ctx, recorder, cache, keys).run(todo)
-    # Runtime releases per file (harness.run.floors): the spooled files, in runtime-only envs.
+    # Runtime releases per file (harness.run.post.runtime_floors): the spooled files, in runtime-only envs.
     releases = annotate_run(run_dir, request.plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say,
                             install=matrix.install)
     if releases is not None:
@@ -118,7 +118,7 @@ def _execute(request: RunRequest, run: HeldRun, jobs: int) -> None:
         shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
     if matrix.reduce:
         # Before the run is finalized: a reduction that could not be made is in its run.json.
-        from harness.run.reduce import reduce_run
+        from harness.run.post.reduction import reduce_run
 
         reduce_run(run_dir, timeout_s=matrix.reduce_timeout_s, log=_say)
 

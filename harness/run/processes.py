@@ -9,7 +9,7 @@ import signal
 
 import psutil
 
-TOKEN_ENV = "HARNESS_WORKER_TOKEN"
+from harness.core.wire import TOKEN_ENV
 
 
 def tree_cpu(pid: int) -> float | None:

@@ -2,7 +2,7 @@
 
 Whatever a case does, the run goes on and every planned cell gets exactly one record:
 
-- each export group runs in a fresh process forked from the worker (``harness.run.fresh``);
+- each export group runs in a fresh process forked from the worker (``harness.worker.group_process``);
   a group's process that dies ends the worker the same way, so what follows holds per group;
 - a worker that ends without its last event (``bye``): killed by a signal, or exited with any
   code (a case calling ``sys.exit(0)`` or ``os._exit(0)``), or one that sends an unreadable
@@ -71,15 +71,15 @@ from harness.core.events import (
 from harness.core.job import ExportGroup
 from harness.core.record import Record, SchemaError
 from harness.core.status import Stage, Status
+from harness.core.wire import LOG_MAX_ENV, RELAY_ENV, RUNNER_PID_ENV, TOKEN_ENV
 from harness.envs.provider import EnvironmentBuildError, local_worker
 from harness.matrix.plan import Cell, EnvPlan
 from harness.run.context import RunContext
-from harness.run.logcap import LOG_MAX_ENV, RELAY_ENV, LogRelay
-from harness.run.processes import TOKEN_ENV, kill_session, reap, tree_cpu, tree_rss
+from harness.run.logrelay import LogRelay
+from harness.run.processes import kill_session, reap, tree_cpu, tree_rss
 from harness.run.records import planned_record
 from harness.run.timeouts import Death, Progress
 from harness.run.workqueue import EnvWork
-from harness.run.worker import RUNNER_PID_ENV
 
 MAX_DEATHS_PER_CELL = 2      # a cell that kills this many workers is recorded as `crash`
 MEMORY_POLL_S = 0.25         # how often the worker tree's resident memory is read

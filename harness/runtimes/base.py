@@ -12,6 +12,19 @@ from typing import Any, Callable
 import numpy as np
 
 
+def match_feeds(feeds: dict[str, Any], graph_inputs: list[str]) -> dict[str, Any]:
+    """The feeds by the graph's input names: by name where the graph keeps the case's names, else
+    by position (an exporter renamed them); a ``ValueError`` when neither fits."""
+    if all(n in feeds for n in graph_inputs):
+        return {n: feeds[n] for n in graph_inputs}
+    values = list(feeds.values())
+    if len(values) == len(graph_inputs):
+        return dict(zip(graph_inputs, values))
+    missing = [n for n in graph_inputs if n not in feeds]
+    raise ValueError(f"graph inputs {graph_inputs} do not match case inputs {list(feeds)}; "
+                     f"unknown: {missing}")
+
+
 class RuntimeUnavailable(Exception):
     """The runtime cannot run here (package missing, no device, no driver): a skip, not a failure."""
 

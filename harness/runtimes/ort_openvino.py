@@ -66,7 +66,7 @@ def call_readably(fn, *args: Any) -> Any:
     it), outside the ``except`` block so the record's error is not the chained original."""
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime's pybind errors share no useful base
+    except Exception as exc:
         if isinstance(exc, (RuntimeUnavailable, MemoryError)):
             raise
         error = OrtOpenVinoError(f"{summarise_error(str(exc))}\n{exc}")

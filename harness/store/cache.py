@@ -28,7 +28,8 @@ The runner stores a reusable record's key in the record itself (``cache_key``; c
 timeouts, memory kills and environment failures get none: they say nothing lasting about the
 cell). Which stored record may stand for a new cell is the cache policy of
 ``harness.store.reuse`` (``CACHE``), over its one scan of finished runs. ``CellCache`` keeps an
-index, ``reports/cache.json``, of key → the newest finished run of the store holding a record with that key; it is rebuilt from the finished runs when missing,
+index, ``reports/cache.json``, of key → the newest finished run of the store holding a record
+with that key; it is rebuilt from the finished runs when missing,
 unreadable or wrong (an entry that is not one, or empty while a later run finished), with a
 warning (a damaged run is skipped with a warning), and a lookup checks the record it points
 at, so a stale index only costs misses. ``adopt`` turns a stored record into the new run's:

@@ -1,5 +1,5 @@
 """Case files by content (harness.core.files) and what the worker counts as loaded by a case
-(harness.run.loaded): modules and opened files outside the environment, never the files the
+(harness.worker.loaded): modules and opened files outside the environment, never the files the
 case wrote itself."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from harness.core.files import (
     expand_declared,
     file_digest,
 )
-from harness.run.loaded import CaseFiles
+from harness.worker.loaded import CaseFiles
 
 
 def test_digest_names_and_changes(tmp_path):
@@ -43,7 +43,7 @@ def test_declared_globs_expand_to_existing_files(tmp_path):
 
 def test_the_tracker_sees_imports_and_reads_but_not_the_environment_or_its_own_writes(tmp_path, monkeypatch):
     # The user's files, written by another process (this one's own writes are outputs).
-    pkg, config = tmp_path / "mymodels", tmp_path / "config.json"
+    config = tmp_path / "config.json"
     subprocess.run([sys.executable, "-c", "import json, os, sys; p = sys.argv[1]; os.mkdir(p + '/mymodels'); "
                     "open(p + '/mymodels/__init__.py', 'w').close(); "
                     "open(p + '/mymodels/layers.py', 'w').write('import json\\nDEPTH = 3\\n'); "

@@ -6,8 +6,8 @@ import os
 
 from harness.core.cell import CellKey
 from harness.core.record import Record, append_record, read_records
-from harness.core.text import NAME_LIMIT, bounded_name, encode_text, safe_text
 from harness.core.status import Status
+from harness.core.text import NAME_LIMIT, bounded_name, encode_text, safe_text
 from harness.run.annotate import signature
 
 # What os.fsdecode makes of a file name that is not UTF-8: lone surrogates U+DCFF, U+DCFE.

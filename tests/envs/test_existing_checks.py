@@ -116,7 +116,7 @@ def test_a_python_the_worker_cannot_run_in_is_refused_naming_it():
 
 
 def test_the_packages_that_differ_come_first_in_the_order_a_reader_looks():
-    from harness.gate.environments import package_changes
+    from harness.gate.output import package_changes
 
     def env(installed: tuple[str, ...], hashes: dict[str, str], python: str = "3.11.7") -> ExistingEnv:
         return ExistingEnv(python="/p", image=None, key="k", torch="2.13.0+cpu", python_version=python,

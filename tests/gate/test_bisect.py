@@ -67,7 +67,7 @@ def test_untestable_releases_are_stepped_over():
 
 def test_verdicts_compared():
     key = CellKey("c", "dynamo", 13, "ort-cpu")
-    rec = lambda status, **kw: Record.for_cell("r", key, "2.9.0", "e", status, **kw)  # noqa: E731
+    rec = lambda status, **kw: Record.for_cell("r", key, "2.9.0", "e", status, **kw)
     assert verdict_of(rec(Status.PASS)) == verdict_of(rec(Status.XPASS)) == "pass"
     assert verdict_of(rec(Status.FAIL, stage="check")) == verdict_of(rec(Status.XFAIL, stage="check")) == "fail (check)"
     assert verdict_of(rec(Status.CRASH, error="SIGSEGV")) == "crash"

@@ -13,7 +13,6 @@ from helpers import BOTH, TESTS
 
 from harness.cli import main
 from harness.core.record import append_records, read_records
-
 from harness.core.status import Status
 from harness.gate.compare import CellComparison, Coverage, Verdict
 from harness.store.runs import read_run_meta, update_index
@@ -108,7 +107,7 @@ def _cmp(base_status, cand_status, verdict):
     from harness.core.record import Record
 
     key = CellKey("c", "dynamo", 18, "ort-cuda")
-    rec = lambda s: Record.for_cell("r", key, "2.13.0", "e", s)  # noqa: E731
+    rec = lambda s: Record.for_cell("r", key, "2.13.0", "e", s)
     return CellComparison(key, verdict, rec(base_status), rec(cand_status))
 
 

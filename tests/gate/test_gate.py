@@ -180,7 +180,7 @@ def test_a_red_cell_that_now_fails_at_an_earlier_stage_blocks() -> None:
     from harness.gate.compare import Settings, compare_cell
 
     key = CellKey("mha", "torchscript", 17, "ort-cpu")
-    rec = lambda stage, status=Status.FAIL: Record.for_cell(  # noqa: E731
+    rec = lambda stage, status=Status.FAIL: Record.for_cell(
         "r", key, "2.13.0", "e", status, stage=stage, error=f"Boom at {stage}")
     earlier = compare_cell(key, rec("run"), rec("export"), Settings(), None)
     assert earlier.verdict is Verdict.FAILS_EARLIER and earlier.verdict.blocking

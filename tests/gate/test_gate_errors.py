@@ -194,8 +194,8 @@ def test_a_run_without_records_as_a_side_says_so(gate, store, finished, at):
 def test_an_environment_that_cannot_be_created_is_the_documented_line(gate, store, tmp_path, monkeypatch, where):
     """A file where the candidate's environment folder (or the environments folder) goes: the
     gate's "could not be built" line, exit 2; the store holds no empty unfinished run."""
-    from harness.matrix.config import load_matrix
     from harness.gate.sources import is_environment_failure, version_plan
+    from harness.matrix.config import load_matrix
     from harness.store.runs import read_run_meta
 
     _, plan = version_plan(load_matrix(GATE), "2.13.0")

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks.bench_latency import ab_models, micro
 from harness.core.cell import CellKey
 from harness.core.record import Record
 from harness.core.status import Status
@@ -31,7 +30,8 @@ from harness.envs.provider import harness_process_env
 from harness.gate.compare import CellComparison, Settings, Verdict
 from harness.gate.retime import timed
 from harness.run.ab import ABSettings, Stack, TimedFile
-from harness.run.runtime_probe import write_spool
+from harness.worker.bench_latency import ab_models, micro
+from harness.worker.spool import write_spool
 
 RUNS = 20          # comparisons of byte-different equal files (the bar)
 SAME_RUNS = 5      # comparisons of a file with itself

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from helpers import TESTS, run_harness
 
 from harness.core.paths import envs_dir
+
+pytestmark = pytest.mark.e2e
 
 
 def test_an_onnxscript_downgrade_breaks_dynamo_exports_only(tmp_path):

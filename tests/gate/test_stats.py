@@ -11,7 +11,7 @@ from harness.core.record import Latency, Record
 from harness.core.status import Status
 from harness.gate.compare import Settings, compare_timing, timing_detail
 from harness.gate.stats import compare_intervals, compare_latency, mann_whitney_u
-from harness.run.latency import bounded_sample, summarize
+from harness.worker.latency import bounded_sample, summarize
 
 
 def test_mann_whitney_reference_values() -> None:
@@ -64,7 +64,7 @@ def test_the_test_still_works_on_bounded_samples() -> None:
     """Records keep 1,000 order statistics of 100,000 samples: a 20 % slowdown stays significant,
     two draws of one distribution stay unremarkable."""
     rng = random.Random(9)
-    draw = lambda scale: [scale * (0.05 + rng.expovariate(200)) for _ in range(100_000)]  # noqa: E731
+    draw = lambda scale: [scale * (0.05 + rng.expovariate(200)) for _ in range(100_000)]
     base, same, slower = bounded_sample(draw(1.0)), bounded_sample(draw(1.0)), bounded_sample(draw(1.2))
     assert len(base) == len(slower) == 1000
     change = compare_latency(base, slower)

@@ -88,7 +88,7 @@ def test_a_glob_that_takes_nothing_says_what_it_left_out(tmp_path):
 def test_a_taken_function_that_returns_no_case_is_a_failure_naming_it(tmp_path):
     """What the worker records for such a function (at the reference stage): which function
     returned what instead of a case."""
-    from harness.run.cases import build_case
+    from harness.worker.cases import build_case
 
     (tmp_path / "cases.py").write_text(CASES + "\n\ndef loader():\n    return torch.nn.Linear(1, 1)\n")
     with pytest.raises(TypeError, match=rf"case 'loader' must return .* got Linear \(the function {tmp_path}/cases.py:loader\)"):

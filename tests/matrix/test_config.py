@@ -72,7 +72,7 @@ def test_unknown_top_level_key_is_rejected(tmp_path):
 
 def test_missing_required_key(tmp_path):
     with pytest.raises(ConfigError, match=r"key 'cases': Field required"):
-        load_matrix(write(tmp_path, "\n".join(l for l in MINIMAL.splitlines() if not l.startswith("cases"))))
+        load_matrix(write(tmp_path, "\n".join(ln for ln in MINIMAL.splitlines() if not ln.startswith("cases"))))
 
 
 def test_yaml_syntax_error_names_line(tmp_path):

@@ -5,7 +5,8 @@ loop that runs the shard job once per `include` entry (each in its own directory
 would), then the merge job. `run:` steps execute as written, with `${{ }}` expressions
 evaluated from the job's context; `nox -s SESSION -- ARGS` becomes `python -m harness SESSION
 --config CONFIG ARGS` (so a small matrix stands in for matrix.yaml), run in the product environment
-(tests/helpers.py: the project's declared dependencies only) and `pip install` is a no-op; `mkdocs` builds this checkout's documentation; `torch-onnx-matrix` is
+(tests/helpers.py: the project's declared dependencies only) and `pip install` is a no-op;
+`mkdocs` builds this checkout's documentation; `torch-onnx-matrix` is
 this checkout's installed command;
 artifact uploads and downloads are folder copies; checkout, setup-python, caches and Pages
 steps do nothing. Only what the workflow uses is supported; anything else raises.

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import TESTS, env_python, run_harness
 
 from harness.core.cell import CellKey
@@ -48,6 +49,7 @@ def test_a_release_that_leaves_nothing_to_ship_is_a_loss():
     assert "## Which configuration to ship" in text and "| 2.9.1 | m | ort-cpu | 2.6.0 |" in text
 
 
+@pytest.mark.e2e
 def test_the_advisor_names_the_fastest_passing_configuration_of_a_real_run(e2e_run):
     proc = subprocess.run([sys.executable, str(TESTS / "direct_advise.py"), str(e2e_run / "results.jsonl")],
                           capture_output=True, text=True, check=True)

@@ -140,7 +140,7 @@ def test_details_show_drift_fixed_dims_reduction_and_bundle_links(browser, tmp_p
     for name in ("model.onnx", "reduced.onnx", "inputs.npz"):
         (bundle / name).write_bytes(b"x" * 10)
     RunMeta(run_id="r1", started=1.0, finished=True).write(run_dir)
-    io = lambda dims: {"inputs": [{"name": "input_0", "dtype": "float", "shape": dims}],  # noqa: E731
+    io = lambda dims: {"inputs": [{"name": "input_0", "dtype": "float", "shape": dims}],
                        "outputs": [{"name": "output_0", "dtype": "float", "shape": [dims[0], 1]}]}
     key = CellKey("m", "dynamo", 18, "ort-cpu", ExportOptions(dim_policy="named"))
     note = "seq was fixed to 6 by the exporter (input_0 dim 1)"

@@ -13,7 +13,7 @@ from harness.report.html import write_reports
 
 
 def facts(ops: dict, inputs: list, outputs=None, opset=18, size=10_000) -> dict:
-    spec = lambda name, shape, dtype="float": {"name": name, "dtype": dtype, "shape": shape}  # noqa: E731
+    spec = lambda name, shape, dtype="float": {"name": name, "dtype": dtype, "shape": shape}
     return {"opset": opset, "nodes": sum(ops.values()), "ops": ops, "bytes": size,
             "inputs": [i[0] for i in inputs], "outputs": ["output_0"],
             "io": {"inputs": [spec(*i) for i in inputs], "outputs": outputs or [spec("output_0", ["s0", 4])]}}

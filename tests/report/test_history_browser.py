@@ -8,8 +8,8 @@ import datetime as dt
 
 import pytest
 from helpers import BOTH, FIXTURES, HOSTILE
-from test_browser import ARGS, CHROMIUM, Watched
 from playwright.sync_api import sync_playwright
+from test_browser import ARGS, CHROMIUM, Watched
 
 from harness.report.history import write_history_site
 from harness.store.nights import read_nights

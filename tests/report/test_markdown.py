@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-
 from helpers import HOSTILE
 
 from harness.report.html import write_reports

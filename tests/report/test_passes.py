@@ -71,7 +71,7 @@ def test_a_run_whose_passes_all_ran_says_nothing_of_them(tmp_path):
 def test_a_blame_ladder_that_breaks_is_the_records_pass_not_run():
     from types import SimpleNamespace
 
-    from harness.run.blame import diagnose
+    from harness.worker.diagnose.blame import diagnose
 
     rec = _rec("x", "fail", stage="parity")
     diagnose(SimpleNamespace(failure=None), None, rec)     # a context without what the ladder reads

@@ -4,7 +4,7 @@ noise (docs/report.md, "Tolerances", quotes its output). Run with an environment
     PYTHONPATH=. .envs/<torch2.13.0 env>/bin/python tests/run/noise_measure.py
 
 For each model (the probes mha, transformer_encoder, conv_bn, lstm; the decoding cases; a
-6-layer, 128-wide encoder): eager float32 and the harness's floor (harness.run.noise), one dynamo
+6-layer, 128-wide encoder): eager float32 and the harness's floor (harness.worker.noise), one dynamo
 export at opset 18, each runtime's worst difference from eager per output, and the ratio.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ warnings.filterwarnings("ignore")
 import decoding  # tests/cases, on the path from the line above
 
 from harness.probes import attention, recurrent, vision
-from harness.run import noise
-from harness.run.inputs import CaseInputs
-from harness.run.parity import output_leaves
+from harness.worker import noise
+from harness.worker.inputs import CaseInputs
+from harness.worker.outputs import output_leaves
 
 
 class Encoder(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""The blame ladder (harness/run/blame.py) end to end on tests/matrices/blame.yaml (torch
+"""The blame ladder (harness/worker/diagnose/blame.py) end to end on tests/matrices/blame.yaml (torch
 2.13.0, ONNX Runtime and OpenVINO), each party checked against plain onnx.reference and ONNX
 Runtime with no harness code (tests/direct_blame.py), and its classification on given rungs."""
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _rungs(**outcomes):
     ("ort-cpu", dict(onnx_reference="no-reference", ort_disable_all="fails", ort_default="fails"), "unknown"),
 ])
 def test_classification(runtime, outcomes, party):
-    from harness.run.blame import classify
+    from harness.worker.diagnose.blame import classify
 
     blame = classify(_rec(runtime), _rungs(**outcomes), [], [], reduced=False)
     assert blame.party == party, blame.reason
@@ -107,7 +107,7 @@ def test_classification(runtime, outcomes, party):
 
 
 def test_reduced_precision_passing_at_fp32_is_runtime_precision():
-    from harness.run.blame import classify
+    from harness.worker.diagnose.blame import classify
 
     rungs = _rungs(onnx_reference="agrees", ort_disable_all="agrees", ort_default="agrees", runtime_fp32="agrees")
     blame = classify(_rec("openvino", precision="fp16"), rungs, [], [], reduced=True)
@@ -115,7 +115,7 @@ def test_reduced_precision_passing_at_fp32_is_runtime_precision():
 
 
 def test_export_blame_from_the_exception_chain():
-    from harness.run.blame import blame_export
+    from harness.worker.diagnose.blame import blame_export
 
     def guard():
         raise RuntimeError("Constraints violated (seq)! ... File \"/models/m.py\", line 3, in forward")

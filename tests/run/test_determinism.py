@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Status
-from harness.run.determinism import compare_exports
-from harness.run.worker import run_job
+from harness.worker.determinism import compare_exports
+from harness.worker.main import run_job
 
 
 def model(weight: float = 1.0, op: str = "Mul", producer: str = "1.0"):

@@ -9,20 +9,20 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness.run.dims import (
+from harness.worker.dims import (
     digit_symbols,
     fixed_size,
     io_facts,
     note_specialised,
     specialised_dims,
 )
-from harness.run.export import graph_facts
+from harness.worker.export import graph_facts
 
 
 def test_markers_per_policy():
     from torch.export import Dim
 
-    from harness.run.export import DIM_DYNAMIC, dim_marker, dim_marking, policy_marking
+    from harness.worker.export import DIM_DYNAMIC, dim_marker, dim_marking, policy_marking
 
     assert dim_marker(policy_marking("dynamic"))("seq") is Dim.DYNAMIC
     assert dim_marker(policy_marking("auto"))("seq") is Dim.AUTO

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, TESTS
 
 # Runs in an environment's python: torch's own conversion of {"input": {0: "batch1"}} vs ours.
 SNIPPET = r"""
 import json, torch
-from harness.run.export import dim_marker, dim_marking
+from harness.worker.export import dim_marker, dim_marking
 model, x = torch.nn.Linear(3, 2), torch.zeros(2, 3)
 axes = {"input": {0: "batch1"}}
 try:
@@ -31,22 +32,24 @@ print(json.dumps({"torch": torch.__version__, "marking": dim_marking(), "theirs"
 """
 
 
-def _env_pythons():
+def _env_python(version: str) -> Path:
+    """The environment the gate matrix (tests/matrices/gate.yaml) gives ``version``, built here when
+    no earlier test built it (the venv provider reuses a finished one)."""
     from harness.core.paths import envs_dir
+    from harness.envs import make_provider
+    from harness.matrix.config import load_matrix
+    from harness.matrix.environments import env_spec_for
 
-    found = {}
-    for version in ("2.6.0", "2.13.0"):
-        pythons = sorted(envs_dir().glob(f"torch{version}-cpu-*/bin/python"))
-        if pythons:
-            found[version] = pythons[0]
-    return found
+    matrix = load_matrix(TESTS / "matrices" / "gate.yaml")
+    spec = env_spec_for(matrix.torch_entry(version), matrix.runtimes[0], matrix)
+    make_provider("venv", log=lambda *a, **k: None).ensure(spec)
+    return envs_dir() / spec.name / "bin" / "python"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("version,marking", [("2.6.0", "Dim(name, max=99999)"), ("2.13.0", "Dim.DYNAMIC")])
 def test_dim_marking_is_what_torch_itself_makes_of_dynamic_axes(version, marking):
-    python = _env_pythons().get(version)
-    if python is None:
-        pytest.skip(f"no torch {version} environment built here")
+    python = _env_python(version)
     proc = subprocess.run([str(python), "-c", SNIPPET], capture_output=True, text=True, cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""What torch says while exporting (harness.run.export_log): messages as torch 2.6 and 2.9.1
+"""What torch says while exporting (harness.worker.export_log): messages as torch 2.6 and 2.9.1
 write them (copied from their runs of tests/cases/decoding.py). Real exports on 2.6.0 and 2.13.0
 are in tests/run/test_decoding.py."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import torch
 
-from harness.run.export_log import SHAPES_LOGGER, ExportLog, leaf_key, remedy
-from harness.run.inputs import CaseInputs, resolve_dims
+from harness.worker.export_log import SHAPES_LOGGER, ExportLog, leaf_key, remedy
+from harness.worker.inputs import CaseInputs, resolve_dims
 
 
 class Step(torch.nn.Module):

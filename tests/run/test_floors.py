@@ -1,4 +1,4 @@
-"""Runtime releases per exported file (harness.run.floors, harness.envs.runtime_only): the
+"""Runtime releases per exported file (harness.run.post.runtime_floors, harness.envs.runtime_only): the
 bisection, the reasons, the matrix keys, and the gate's deployment targets. No install here; the
 real-wheel run is tests/run/test_floors_e2e.py."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from helpers import TESTS, run_harness
 from harness.core.cell import CellKey
 from harness.core.passes import gather
 from harness.core.record import Record
+from harness.core.wire import ReleaseCheck
 from harness.envs.runtime_only import RuntimeRelease
 from harness.gate.compare import Settings, Verdict, block_on_deploy, compare_cell, deploy_problem
 from harness.matrix.config import ConfigError, load_matrix
-from harness.run.floors import ReleaseProber, RuntimeAxes, annotate_records, find_floor, floor_reason
-from harness.run.runtime_probe import ProbeResult
+from harness.run.post.runtime_floors import ReleaseProber, RuntimeAxes, annotate_records, find_floor, floor_reason
 
 IR_ERROR = ("Fail: [ONNXRuntimeError] : 1 : FAIL : Load model from g.onnx failed:Unsupported "
             "model IR version: 10, max supported IR version: 9")
@@ -23,11 +23,11 @@ RELEASES = ["1.14.1", "1.15.1", "1.16.3", "1.17.3", "1.18.1", "1.19.2", "1.20.1"
 
 
 def _works_from(first_ok: str, calls: list[str]):
-    def works(rel: RuntimeRelease) -> ProbeResult:
+    def works(rel: RuntimeRelease) -> ReleaseCheck:
         calls.append(rel.version)
         if RELEASES.index(rel.version) >= RELEASES.index(first_ok):
-            return ProbeResult("pass")
-        return ProbeResult("fail", stage="load", error=IR_ERROR)
+            return ReleaseCheck("pass")
+        return ReleaseCheck("fail", stage="load", error=IR_ERROR)
     return works
 
 
@@ -52,7 +52,7 @@ def test_no_listed_release_working_says_so():
 
 
 def test_a_reason_without_an_ir_message_quotes_the_runtime():
-    bad = ProbeResult("fail", stage="parity", error="example shape: output 0 differs")
+    bad = ReleaseCheck("fail", stage="parity", error="example shape: output 0 differs")
     assert floor_reason("openvino", "2025.1.0", "2024.6.0", bad, {}) == \
         "needs openvino >= 2025.1.0: parity fails on 2024.6.0: example shape: output 0 differs"
 
@@ -141,10 +141,10 @@ def test_a_deployed_release_that_failed_on_both_sides_is_no_new_regression():
 def _works_except(first_ok: str, not_installed: set[str], calls: list[str]):
     works = _works_from(first_ok, calls)
 
-    def probe(rel: RuntimeRelease) -> ProbeResult:
+    def probe(rel: RuntimeRelease) -> ReleaseCheck:
         if rel.version in not_installed:
             calls.append(rel.version)
-            return ProbeResult("fail", stage="install", error=f"No solution found: onnxruntime=={rel.version}")
+            return ReleaseCheck("fail", stage="install", error=f"No solution found: onnxruntime=={rel.version}")
         return works(rel)
     return probe
 
@@ -176,9 +176,9 @@ class FakeProber(ReleaseProber):
 
     def _probe(self, spools, release):
         if release.version == "1.17.9":
-            return [ProbeResult("fail", stage="install", error="no version of onnxruntime==1.17.9")] * len(spools)
+            return [ReleaseCheck("fail", stage="install", error="no version of onnxruntime==1.17.9")] * len(spools)
         ok = release.version >= "1.18.1"
-        return [ProbeResult("pass") if ok else ProbeResult("fail", stage="load", error=IR_ERROR)] * len(spools)
+        return [ReleaseCheck("pass") if ok else ReleaseCheck("fail", stage="load", error=IR_ERROR)] * len(spools)
 
 
 def _spooled(tmp_path, cid: str, outputs: bool = True):

@@ -39,6 +39,8 @@ DIRECT = textwrap.dedent("""
         print(exc)
 """)
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def floors_run(tmp_path_factory):
@@ -108,7 +110,7 @@ def test_the_gate_blocks_on_the_deployed_release_and_cannot_tell_without_it(floo
 
 def test_the_same_wheels_driven_directly_agree(floors_run, tmp_path):
     old, new = _python("1.16.3"), _python("1.18.1")
-    out = lambda py, ir: subprocess.run([str(py), "-c", DIRECT, str(ir), str(tmp_path / f"m{ir}.onnx")],  # noqa: E731
+    out = lambda py, ir: subprocess.run([str(py), "-c", DIRECT, str(ir), str(tmp_path / f"m{ir}.onnx")],
                                         capture_output=True, text=True, check=True).stdout.strip()
     assert "Unsupported model IR version: 10, max supported IR version: 9" in out(old, 10)
     assert out(old, 9) == "loads" and out(new, 10) == "loads"

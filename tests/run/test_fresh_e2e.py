@@ -107,7 +107,7 @@ def test_the_warm_worker_forks_each_group_and_dies_as_its_group_did(runs, tmp_pa
     job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="e", groups=groups, base_dir=str(tmp_path),
               latency=LatencyProtocol(enabled=False), bundles=False).write(tmp_path / "job.json")
     events_r, events_w = os.pipe()
-    proc = subprocess.Popen([str(python), "-m", "harness.run.worker", "--job", str(job), "--events-fd", str(events_w)],
+    proc = subprocess.Popen([str(python), "-m", "harness.worker.main", "--job", str(job), "--events-fd", str(events_w)],
                             pass_fds=(events_w,), env=harness_process_env(1), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     os.close(events_w)

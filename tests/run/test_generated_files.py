@@ -28,7 +28,7 @@ def _record(case: str = "tiny", error: str = EVIL_ERROR, blame: Blame | None = N
 
 
 def _ctx(tmp_path: Path):
-    from harness.run.cases import build_case
+    from harness.worker.cases import build_case
 
     folder = tmp_path / EVIL_DIR
     folder.mkdir()
@@ -48,7 +48,7 @@ def _code_tokens(source: str) -> list[str]:
 
 def test_repro_py_holds_foreign_text_only_in_repr_literals(tmp_path):
     pytest.importorskip("torch")
-    from harness.run.repro import repro_script
+    from harness.worker.diagnose.repro import repro_script
 
     rec = _record()
     source = repro_script(_ctx(tmp_path), None, rec)
@@ -68,7 +68,7 @@ def test_repro_py_holds_foreign_text_only_in_repr_literals(tmp_path):
 def test_literals_compile_back_to_the_value(value):
     import math
 
-    from harness.run.repro import _literal
+    from harness.worker.diagnose.repro import _literal
 
     back = eval(compile(_literal(value), "x", "eval"), {})
     if isinstance(value, float) and math.isnan(value):
@@ -80,7 +80,7 @@ def test_literals_compile_back_to_the_value(value):
 
 
 def test_issue_md_keeps_foreign_text_in_code_blocks_and_escapes_the_title():
-    from harness.run.repro import issue_text
+    from harness.worker.diagnose.repro import issue_text
 
     blame = Blame("exporter", "reason <img src=x onerror=alert(1)>", "pytorch/pytorch",
                   source="m.py:3: x = `a` ```` b", evidence=[{"rung": "<b>r</b>", "outcome": "x|y", "detail": "<i>"}])

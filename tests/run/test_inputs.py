@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.run.cases import as_inputs, parse_result  # noqa: E402
-from harness.run.inputs import CaseInputs, InputsError, dims_by_name, resolve_dims  # noqa: E402
-from harness.run.parity import output_leaves, output_names, second_shape_inputs  # noqa: E402
+from harness.worker.cases import as_inputs, parse_result  # noqa: E402 - after the torch importorskip
+from harness.worker.inputs import CaseInputs, InputsError, dims_by_name, resolve_dims  # noqa: E402 - after the torch importorskip
+from harness.worker.outputs import output_leaves, output_names  # noqa: E402 - after the torch importorskip
+from harness.worker.parity import second_shape_inputs  # noqa: E402 - after the torch importorskip
 
 
 class LM(torch.nn.Module):
@@ -183,7 +184,7 @@ def test_output_leaves_and_names_follow_the_structure():
 
 # -- dynamic_shapes as torch.export reads them ---------------------------------------------------
 def _export(model, inputs: CaseInputs, dims):
-    from harness.run.export import DIM_DYNAMIC, dynamic_shapes
+    from harness.worker.export import DIM_DYNAMIC, dynamic_shapes
 
     shapes = dynamic_shapes(inputs, resolve_dims(dims, inputs), DIM_DYNAMIC, model)
     return shapes, torch.export.export(model, inputs.args, inputs.kwargs, dynamic_shapes=shapes)
@@ -216,7 +217,7 @@ def test_dynamic_shapes_for_a_var_positional_forward_are_one_tuple():
 
 
 def test_dim_marking_follows_each_release():
-    from harness.run.export import DIM_AUTO, DIM_DYNAMIC, DIM_NAMED, dim_marking
+    from harness.worker.export import DIM_AUTO, DIM_DYNAMIC, DIM_NAMED, dim_marking
 
     assert dim_marking("2.6.0") == dim_marking("2.6.0+cu124") == DIM_NAMED
     assert dim_marking("2.5.1") == DIM_NAMED

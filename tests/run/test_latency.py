@@ -1,4 +1,4 @@
-"""harness/run/latency.py: the median's interval, stopping rules, bounded samples (fake clock)."""
+"""harness/worker/latency.py: the median's interval, stopping rules, bounded samples (fake clock)."""
 from __future__ import annotations
 
 import json
@@ -12,13 +12,13 @@ from harness.core.cell import CellKey
 from harness.core.job import LatencyProtocol
 from harness.core.record import Latency, Record
 from harness.core.status import Status
-from harness.run import latency as lat
-from harness.run.latency import (
+from harness.core.timing import median_ci_rank
+from harness.worker import latency as lat
+from harness.worker.latency import (
     MAX_KEPT,
     bounded_sample,
     converged,
     measure,
-    median_ci_rank,
     median_interval,
     summarize,
 )

@@ -12,9 +12,9 @@ import pytest
 from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Status
-from harness.run import latency
 from harness.runtimes.base import RuntimeAdapter
 from harness.runtimes.floor import identity_call, write_identity_model
+from harness.worker import latency
 
 RUNTIMES = [name for name, module in (("ort-cpu", "onnxruntime"), ("openvino", "openvino"))
             if importlib.util.find_spec(module)]
@@ -71,7 +71,7 @@ def test_floor_is_measured_once_per_runtime_and_thread_count(monkeypatch):
 @pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
 def test_a_worker_job_records_interval_stop_floor_and_a_bounded_sample(tmp_path, monkeypatch):
     from harness.report.markdown import render_markdown
-    from harness.run.worker import run_job
+    from harness.worker.main import run_job
 
     monkeypatch.setattr(latency, "_FLOORS", {})
     case = tmp_path / "cases.py"

@@ -18,8 +18,8 @@ from harness.core.cell import CellKey
 from harness.core.record import Latency, Record
 from harness.core.status import Status
 from harness.gate.compare import Settings, Verdict, compare_cell
-from harness.run.latency import robust_spread, summarize
-from harness.run.machine_load import LoadProbe, machine_counters, own_cpu_s
+from harness.worker.latency import robust_spread, summarize
+from harness.worker.machine_load import LoadProbe, machine_counters, own_cpu_s
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc (Linux)")
 

@@ -1,13 +1,13 @@
-"""Parity judged against the model's own float32 noise (harness.run.noise) besides atol / rtol."""
+"""Parity judged against the model's own float32 noise (harness.worker.noise) besides atol / rtol."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from harness.run import noise
-from harness.run.inputs import CaseInputs
-from harness.run.parity import ParityError, compare_outputs
+from harness.worker import noise
+from harness.worker.inputs import CaseInputs
+from harness.worker.parity import ParityError, compare_outputs
 
 
 def test_float32_accumulation_noise_beyond_the_tolerance_passes_with_a_note():

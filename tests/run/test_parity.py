@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.run.parity import ParityError, compare_outputs
+from harness.worker.parity import ParityError, compare_outputs
 
 
 def test_within_tolerance_reports_numbers():
@@ -39,7 +39,7 @@ def test_shape_dtype_count_nan():
 
 def test_second_shape_differs_in_every_dynamic_dim():
     torch = pytest.importorskip("torch")
-    from harness.run.parity import second_shape_inputs
+    from harness.worker.parity import second_shape_inputs
 
     ids = torch.tensor([[5, 6, 7]])
     mask = torch.tensor([[True, True, False]])
@@ -147,7 +147,7 @@ def test_worker_records_carry_the_nonfinite_note_or_fail_at_parity(tmp_path):
     from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
     from harness.core.record import Record
     from harness.core.status import Status
-    from harness.run.worker import run_job
+    from harness.worker.main import run_job
 
     case = tmp_path / "nonfinite.py"
     case.write_text(

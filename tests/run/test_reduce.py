@@ -12,7 +12,10 @@ from harness.core.cell import CellKey
 from harness.core.record import Record, append_record
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.run.reduce import (
+from harness.run.post.reduction import eligible
+from harness.store.reductions import append_reduction
+from harness.store.runs import load_run
+from harness.worker.diagnose.reduce import (
     OTHER,
     PASSES,
     SAME,
@@ -20,12 +23,9 @@ from harness.run.reduce import (
     Failure,
     TensorStore,
     check_model,
-    eligible,
     layerwise_values,
     relax_inputs,
 )
-from harness.store.reductions import append_reduction
-from harness.store.runs import load_run
 
 ORT_ERROR = ("SecondShapeError: at second shape {'input_0': [3, 7, 8]}: rejected when growing 'seq' "
              "(input_0 dim 1): Fail: [ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned "
@@ -56,7 +56,7 @@ def test_failure_read_from_the_record():
 
 def test_failure_matches_type_and_operator():
     f = Failure("run", ["Fail"], "Reshape")
-    class Fail(Exception):  # noqa: E306 - ONNX Runtime's exception type name
+    class Fail(Exception):
         pass
     assert f.matches(Fail("… while running Reshape node. Name:'x'"))
     assert not f.matches(Fail("… while running Concat node"))
@@ -129,7 +129,7 @@ def test_tensor_store_keeps_names_npz_cannot(tmp_path):
 
 def test_only_load_run_and_parity_failures_are_eligible():
     key = CellKey("c", "dynamo", 18, "ort-cpu")
-    rec = lambda status, stage=None: Record.for_cell("r", key, "2.13.0", "e", status, stage=stage)  # noqa: E731
+    rec = lambda status, stage=None: Record.for_cell("r", key, "2.13.0", "e", status, stage=stage)
     assert eligible(rec(Status.FAIL, "run")) is None and eligible(rec(Status.XFAIL, "parity")) is None
     assert "only failures at load, run, parity" in eligible(rec(Status.FAIL, "export"))
     assert eligible(rec(Status.PASS)) and eligible(rec(Status.CRASH))

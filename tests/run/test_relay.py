@@ -1,7 +1,8 @@
 """The runner's log relay: a worker's output stream routed to capped logs by marker lines."""
 from __future__ import annotations
 
-from harness.run.logcap import CappedLog, LogRelay, log_marker
+from harness.core.wire import log_marker
+from harness.run.logrelay import CappedLog, LogRelay
 
 
 def relay(tmp_path, max_bytes=None, closed=None):

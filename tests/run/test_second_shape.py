@@ -11,9 +11,9 @@ from helpers import TESTS
 from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Status
-from harness.run.inputs import CaseInputs, resolve_dims
-from harness.run.parity import second_shape_inputs, second_size
-from harness.run.worker import run_job
+from harness.worker.inputs import CaseInputs, resolve_dims
+from harness.worker.main import run_job
+from harness.worker.parity import second_shape_inputs, second_size
 
 DECODING = TESTS / "cases" / "decoding.py"
 
@@ -127,7 +127,7 @@ def test_dim_outcomes_skip_inputs_eager_refuses():
     """A dim that only grows together with another (eager refuses it alone) is not a culprit."""
     from types import SimpleNamespace
 
-    from harness.run.second_shape import dim_outcomes
+    from harness.worker.second_shape import dim_outcomes
 
     class Pairs(torch.nn.Module):
         def forward(self, x, y):

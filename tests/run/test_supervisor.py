@@ -82,9 +82,9 @@ def test_interrupted_run_resumes_without_redoing_cells(misbehaving_run, tmp_path
     run = tmp_path / "run"
     shutil.copytree(misbehaving_run, run)
     lines = (run / "results.jsonl").read_text().splitlines()
-    kept = [l for l in lines if '"case": "conv_bn"' not in l]
+    kept = [ln for ln in lines if '"case": "conv_bn"' not in ln]
     # ... and the first bytes of its record, as a kill inside write() leaves them.
-    torn = next(l for l in lines if '"case": "conv_bn"' in l)[:40]
+    torn = next(ln for ln in lines if '"case": "conv_bn"' in ln)[:40]
     (run / "results.jsonl").write_text("\n".join(kept) + "\n" + torn)
     meta = json.loads((run / "run.json").read_text())
     meta["finished"] = False

@@ -12,9 +12,10 @@ from harness.core.cell import CellKey
 from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Stage, Status
-from harness.run.stages import StageFailure, _match_feeds, short_error, stage
-from harness.run.logcap import cap_file
-from harness.run.worker import GroupLogs, run_job
+from harness.runtimes.base import match_feeds as _match_feeds
+from harness.worker.logcap import cap_file
+from harness.worker.main import GroupLogs, run_job
+from harness.worker.stages import StageFailure, short_error, stage
 
 
 def test_stage_turns_exceptions_into_failures_and_times_them():
@@ -162,7 +163,7 @@ def test_a_parity_failure_keeps_its_numbers_per_shape_and_output(tmp_path):
 
 
 def test_root_cause_follows_cause_never_an_unrelated_context():
-    from harness.run.stages import root_cause
+    from harness.core.errors import root_cause
 
     exc = _export_failure()
     assert type(root_cause(exc)).__name__ == "UserError"

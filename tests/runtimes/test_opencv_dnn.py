@@ -7,6 +7,8 @@ import pytest
 from edge_helpers import compare, direct_verdicts
 from helpers import env_python, run_matrix
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def cv_run(tmp_path_factory):

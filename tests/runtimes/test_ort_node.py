@@ -3,7 +3,6 @@ Node, tensors of every element type the probes use round-trip exactly, absence i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -35,6 +34,7 @@ def node_env(node_run):
     return env_python(meta, "2.13.0", "node")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runtime", ["ort-node", "ort-web"])
 def test_verdicts_match_plain_node_and_latency_is_timed_in_node(node_records, node_env, runtime, tmp_path):
     from harness.runtimes import runtime_info
@@ -52,6 +52,7 @@ def test_verdicts_match_plain_node_and_latency_is_timed_in_node(node_records, no
         assert r.latency_ms.median > 0 and r.latency_ms.floor_ms > 0
 
 
+@pytest.mark.e2e
 def test_int64_outputs_and_three_outputs_come_back_typed(node_records):
     ints = [r for r in node_records if r.case == "int_concat"]
     assert ints and all(r.parity.max_abs == 0 or r.parity.max_abs < 1e-5 for r in ints)
@@ -74,6 +75,7 @@ def _roundtrip_model(path):
     save(model, str(path))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runtime", ["ort-node", "ort-web"])
 def test_int64_bool_float16_round_trip_exactly(node_env, runtime, tmp_path, monkeypatch):
     from harness.runtimes import load_adapter
@@ -100,8 +102,8 @@ def test_no_node_is_a_skip_with_the_reason():
 
 def test_a_self_timed_call_is_sampled_by_its_own_clock():
     from harness.core.job import LatencyProtocol
-    from harness.run.latency import measure
     from harness.runtimes.ort_node import SelfTimedCall
+    from harness.worker.latency import measure
 
     lat = measure(SelfTimedCall(lambda: 0.002), LatencyProtocol(min_runs=5, min_time_s=0.0, warmup_runs=1,
                                                                warmup_s=0.0, max_time_s=0.2))

@@ -27,6 +27,7 @@ def ov_python(ov_run):
     return env_python(json.loads((ov_run / "run.json").read_text()), "2.13.0", "ort-openvino")
 
 
+@pytest.mark.e2e
 def test_passes_ran_on_the_openvino_ep_with_placement(ov_records):
     assert {r.status.value for r in ov_records} == {"pass"}, [(r.case, r.error) for r in ov_records]
     for r in ov_records:
@@ -38,6 +39,7 @@ def test_passes_ran_on_the_openvino_ep_with_placement(ov_records):
     assert sdpa.graph["runtime_facts"]["placement"].get("CPUExecutionProvider", 0) >= 1   # its IsNaN
 
 
+@pytest.mark.e2e
 def test_verdicts_and_placement_match_a_plain_profiled_session(ov_records, ov_python, tmp_path):
     direct = direct_verdicts(ov_records, "ort-openvino", ov_python, tmp_path)
     assert compare(ov_records, "ort-openvino", direct) == []
@@ -67,6 +69,7 @@ print(json.dumps({"facts": a.facts, "refused": refused}))
 """
 
 
+@pytest.mark.e2e
 def test_cpu_fallback_is_refused_and_a_mostly_cpu_graph_gets_a_note(ov_python, tmp_path):
     out = subprocess.run([str(ov_python), "-c", SCRIPT, str(tmp_path / "isnan.onnx")], check=True, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT)}, timeout=300).stdout

@@ -52,12 +52,14 @@ def direct_ov(ov_run, ov_records, tmp_path_factory) -> dict[tuple, dict]:
     return {(d["case"], d["exporter"], d["opset"]): d for d in rows}
 
 
+@pytest.mark.e2e
 def test_every_cell_has_one_record_on_both_cpu_runtimes(ov_records):
     assert len(ov_records) == 3 * 2 * 2 * 2
     assert {r.runtime for r in ov_records} == {"ort-cpu", "openvino"}
     assert len({r.env for r in ov_records}) == 1, "openvino shares the CPU environment with onnxruntime"
 
 
+@pytest.mark.e2e
 def test_openvino_passes_carry_parity_latency_and_precision(ov_records):
     passes = [r for r in ov_records if r.runtime == "openvino" and r.status == "pass"]
     assert len(passes) >= 6, [(r.cell_id, r.error) for r in ov_records if r.runtime == "openvino"]
@@ -74,12 +76,14 @@ def test_openvino_passes_carry_parity_latency_and_precision(ov_records):
         assert r.options["precision"] == "fp32"
 
 
+@pytest.mark.e2e
 def test_openvino_verdicts_match_a_direct_openvino_run(ov_records, direct_ov):
     for r in (r for r in ov_records if r.runtime == "openvino"):
         direct = direct_ov[(r.case, r.exporter, r.opset)]
         assert (r.status, r.stage) == (direct["status"], direct["stage"]), (r.cell_id, r.error, direct)
 
 
+@pytest.mark.e2e
 def test_openvino_load_errors_are_readable(ov_records):
     for r in ov_records:
         if r.runtime == "openvino" and r.stage == "load":
@@ -127,6 +131,7 @@ def test_no_gpu_reason_is_precise_and_shared():
         OrtCudaAdapter(Path("unused.onnx")).activate()
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(ON_GPU, reason="this machine has an NVIDIA GPU")
 def test_gpu_matrix_cells_are_skips_with_the_reason_and_gpu_check_exits_0(tmp_path):
     proc = run_harness("gpu-check", "--output", str(tmp_path / "run"), check=False, timeout=300)

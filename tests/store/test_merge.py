@@ -59,7 +59,7 @@ def test_merge_holds_every_shard_record(tmp_path):
     out = merge_runs(list(reversed(dirs)), tmp_path / "merged")
     merged = read_records(out / "results.jsonl")
     parts = [r for d in dirs for r in read_records(d / "results.jsonl")]
-    key = lambda r: (r.cell_id, r.status, r.stage)  # noqa: E731
+    key = lambda r: (r.cell_id, r.status, r.stage)
     assert sorted(map(key, merged)) == sorted(map(key, parts))
     assert {r.cell_id for r in merged} == {c.cell_id for c in plan.cells}
     assert len({r.run_id for r in merged}) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-
 HELP = "bootstrap the local base image for offline builds"
 
 

@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.gate.bisect import BisectRequest, run_bisect
+    from harness.gate.packages import run_package_bisect
 
     releases = [v.strip() for v in args.releases.split(",") if v.strip()] if args.releases else None
-    return run_bisect(BisectRequest(args.good, args.bad, args.config, args.reports, args.cell, releases,
-                                    args.provider, args.package))
+    req = BisectRequest(args.good, args.bad, args.config, args.reports, args.cell, releases, args.provider, args.package)
+    return (run_bisect if args.package is None else run_package_bisect)(req)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
 HELP = "write a starter matrix and a gate workflow for this repository"
 
 

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Reduce failing cells of a stored run to the smallest graph that still fails."""
     from harness.report import render_run
-    from harness.run.reduce import reduce_run
+    from harness.run.post.reduction import reduce_run
     from harness.store.runs import resolve_run
 
     if args.timeout <= 0:

@@ -28,13 +28,14 @@ from pathlib import Path
 
 from harness.core.cell import CaseRef
 from harness.core.job import Job
+from harness.core.wire import CONTAINER_MODULE, RUNNER_PID_ENV, WORKER_MODULE
 
 # Variables the worker's behaviour depends on; everything else of the host stays outside.
 FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")
 FORWARD_PREFIXES = ("HARNESS_",)
 # Host pids mean nothing in the container's pid namespace: the worker there must not compare its
 # parent with the runner's pid (it would exit at once); the container goes with this process.
-HOST_ONLY = ("HARNESS_RUNNER_PID",)
+HOST_ONLY = (RUNNER_PID_ENV,)
 
 
 def container_environment() -> dict[str, str]:
@@ -75,7 +76,7 @@ def is_event(line: bytes) -> bool:
 
 def start_watchdog(container_id: str) -> subprocess.Popen:
     # Its own session: the runner's killpg of this process group must not reach it.
-    return subprocess.Popen([sys.executable, "-m", "harness.envs.docker.container", "--watch", container_id],
+    return subprocess.Popen([sys.executable, "-m", CONTAINER_MODULE, "--watch", container_id],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
 
@@ -100,7 +101,7 @@ def run_container(args: argparse.Namespace) -> int:
     job = Job.read(args.job)
     client = docker.from_env()
     name = f"harness-{os.getpid()}-{args.job.stem}"
-    worker = ["-m", "harness.run.worker", "--job", str(args.job.resolve()), "--events-fd", "1"]
+    worker = ["-m", WORKER_MODULE, "--job", str(args.job.resolve()), "--events-fd", "1"]
     environment = container_environment()
     if args.harness is None:    # an image built from images/: the harness is its /opt/harness
         command, entrypoint = ["python", *worker], None
@@ -150,7 +151,7 @@ def run_container(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.envs.docker.container")
+    parser = argparse.ArgumentParser(prog=CONTAINER_MODULE)
     parser.add_argument("--image")
     parser.add_argument("--gpus", action="store_true", help="give the container every GPU")
     parser.add_argument("--python", help="an existing image's interpreter (its entry point is not used)")

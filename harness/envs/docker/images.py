@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 from harness.core.paths import HARNESS_DIR, IMAGES
 from harness.envs.provider import EnvironmentBuildError
+from harness.matrix.config import COMPANIONS
 from harness.runtimes import runtime_info
 
 if TYPE_CHECKING:
     from harness.core.env import EnvSpec
 
 REPOSITORY = "torch-onnx-matrix"
-COMPANIONS = ("numpy", "onnx", "onnxscript", "protobuf")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from harness.core.env import EnvMarker, EnvSpec
 from harness.core.paths import envs_dir
+from harness.core.wire import CONTAINER_MODULE
 from harness.envs.docker.base import LOCAL_BASE, bootstrap_base, image_exists, try_pull
 from harness.envs.docker.build import build_image
 from harness.envs.docker.images import (
@@ -154,7 +155,7 @@ class DockerProvider:
     def worker_command(self, spec: EnvSpec) -> list[str]:
         if spec.name not in self._images:
             raise EnvironmentBuildError(f"image for {spec.name} not prepared (call ensure first)")
-        cmd = [sys.executable, "-m", "harness.envs.docker.container", "--image", self._images[spec.name]]
+        cmd = [sys.executable, "-m", CONTAINER_MODULE, "--image", self._images[spec.name]]
         return cmd + (["--gpus"] if spec.needs_gpu else [])
 
     def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:

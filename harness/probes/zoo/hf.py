@@ -15,7 +15,7 @@ as Optimum would export it, without downloading anything:
 
 The returned model takes the inputs positionally and returns Optimum's outputs as a tuple: what a
 user writes to call ``torch.onnx.export`` on a transformers model. It carries what the ``optimum``
-exporter needs (``harness/run/export_optimum.py``): the transformers model, task and shapes.
+exporter needs (``harness/worker/export_optimum.py``): the transformers model, task and shapes.
 Architectures that cannot be built here are cases that raise ``ImportError`` with the reason
 (a ``skip``).
 """
@@ -43,14 +43,14 @@ class Unbuildable(ImportError):
 
 def tasks_manager() -> Any:
     """Optimum's TasksManager with the ONNX configs registered (importing them registers them)."""
-    import optimum.exporters.onnx.model_configs  # noqa: F401
+    import optimum.exporters.onnx.model_configs  # noqa: F401 - imported for its side effect: it registers the ONNX configs
     from optimum.exporters.tasks import TasksManager
 
     return TasksManager
 
 
 def onnx_config_for(model: Any, task: str) -> Any:
-    TasksManager = tasks_manager()  # noqa: N806
+    TasksManager = tasks_manager()
 
     ctor = TasksManager.get_exporter_config_constructor(
         "onnx", model=model, task=task, library_name="transformers")
@@ -103,7 +103,7 @@ def save_preprocessor(model_type: str, spec: dict[str, Any] | None, config: Any)
 def make_model(model_type: str, task: str, config: Any) -> Any:
     import torch
 
-    TasksManager = tasks_manager()  # noqa: N806
+    TasksManager = tasks_manager()
     if not task.endswith("-with-past") and hasattr(config, "use_cache"):
         config.use_cache = False   # what Optimum's ONNX config overrides for a task without past
     config.return_dict = True

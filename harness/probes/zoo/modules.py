@@ -22,7 +22,7 @@ class KeywordModel(torch.nn.Module):
         self.outputs = [k for k, _ in outputs]
         params = ", ".join(keywords)
         scope: dict[str, Any] = {}
-        exec(f"def forward(self, {params}):\n    return self._call({params})\n", scope)  # noqa: S102
+        exec(f"def forward(self, {params}):\n    return self._call({params})\n", scope)
         # A per-instance subclass: its forward has the signature of these inputs.
         self.__class__ = type(f"{type(model).__name__}Export", (KeywordModel,), {"forward": scope["forward"]})
 

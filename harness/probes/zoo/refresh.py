@@ -230,7 +230,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
             entry[key] = table[model_type]
     try:
         base = hf.config_of(model_type, entry)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any failure to build a config is what the table records
         entry["unbuildable"] = (f"transformers {metadata.version('transformers')} has no config class for "
                          f"{model_type!r} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
         return entry
@@ -255,7 +255,7 @@ def survey(model_type: str, tasks: list[str]) -> dict[str, Any]:
             model(**inputs)
         axes = {k: onnx_config.inputs.get(n, {}) for k, n in names}
         entry["dynamic"] = growable_axes(model, inputs, axes)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any failure to build the model is what the table records
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         entry["unbuildable"] = f"{REASONS[model_type]} ({error})" if model_type in REASONS else f"cannot build it here: {error}"
         print(traceback.format_exc(limit=-3)[-1500:], file=sys.stderr)

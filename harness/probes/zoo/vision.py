@@ -37,7 +37,7 @@ def _import(package: str) -> Any:
         raise Missing(f"package {package!r} is not installed in this environment{hint}")
     try:
         return importlib.import_module(package)
-    except Exception as exc:  # noqa: BLE001 - a torchvision built for another torch raises RuntimeError
+    except Exception as exc:
         why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}"
         raise Missing(f"{package} cannot be imported beside torch {torch.__version__}: {why}{hint}") from exc
 

@@ -1,0 +1,335 @@
+"""A fresh process for every export group, forked from a warm parent (the worker).
+
+The worker imports torch, the exporter packages and the runtimes once (``preload``) and runs
+nothing; for each group it forks a child that builds the case, exports and runs the group's
+cells, sending its events on the worker's pipe, then ends. Nothing one export leaves behind in
+the process (dynamo caches, registered custom ops, global config a case touches, RNG, thread
+settings) reaches the next group, so a verdict does not depend on which groups the same worker
+ran before, and a fresh process costs a fork, not a torch import.
+
+The parent keeps today's containment per child:
+
+- a child that ends without finishing its group (a signal, any exit status, an exception that
+  left the worker loop) ends the parent the same way (``mirror``): the runner sees the death of
+  a worker, charges the cell (or the stage) it was in, and retries it in a fresh worker;
+- the parent is a child subreaper: what a case forks, daemonised or not, stays in its tree and is
+  killed once the group's process has ended (``end_descendants``), before the next group forks;
+- the child dies with its parent (``PR_SET_PDEATHSIG``), the parent with the runner; the runner's
+  timeout and memory limit see the child as part of the worker's process tree.
+
+Standard library only (the worker runs this inside every environment).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from harness.core.wire import FORK_ENV
+
+T = TypeVar("T")
+
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+
+# What the warm parent imports before its first fork: torch and what the exporters and runtimes
+# import at their first use (torch.export's tracer imports torch._dynamo, seconds of imports a
+# long-lived worker paid once), and the harness's own worker-side modules. Importing starts no
+# thread pool of torch's (ATen's intra-op pool, OpenMP, MKL and oneDNN start at the first
+# parallel op); a module that is not installed in the environment is left out.
+PRELOAD = ("numpy", "torch", "torch.onnx", "torch.export", "torch.export._trace", "torch._dynamo",
+           "torch.onnx._internal.exporter._capture_strategies", "torch.onnx._internal.exporter._core",
+           "torch.onnx._internal.exporter._registration", "torch.onnx._internal.torchscript_exporter.utils",
+           "onnx", "onnx.checker", "onnx.shape_inference", "onnxscript", "onnxscript.function_libs.torch_lib.ops",
+           "onnxruntime", "openvino")
+
+FORKING = False                     # True while the parent forks a group's process
+PARENT: int | None = None           # in a group's process: the warm parent's pid
+
+
+def enabled() -> bool:
+    return os.environ.get(FORK_ENV, "1") != "0" and hasattr(os, "fork")
+
+
+def preload() -> list[str]:
+    """Import ``PRELOAD`` (each that is installed) and build the dynamo exporter's operator
+    table (``prepare_exporter``); the names imported, and "torchlib-registry" when built."""
+    import importlib
+
+    done = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - not installed here, or broken: the group imports it itself
+            continue
+        done.append(name)
+    done += _preload_own()
+    if prepare_exporter():
+        done.append("torchlib-registry")
+    return done
+
+
+def _preload_own() -> list[str]:
+    """The harness's own modules every group uses, imported by statement (so that the import
+    checks see them); their names."""
+    try:
+        from harness import runtimes
+        from harness.worker import cases, dims, export, inputs, parity
+    except Exception:  # noqa: BLE001 - a group imports them itself and fails there, as a cell
+        return []
+    return [m.__name__ for m in (cases, export, parity, dims, inputs, runtimes)]
+
+
+def prepare_exporter() -> bool:
+    """Build torch.onnx's registry of the ONNX functions it translates aten ops to (onnxscript's
+    torchlib, compiled from its source: data, the same for every export of this environment; a
+    first dynamo export spends seconds on it). No model is traced or run and no thread starts."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+
+        _registration.ONNXRegistry.from_torchlib()
+    except Exception:  # noqa: BLE001 - an older torch.onnx: the first export builds it
+        return False
+    return True
+
+
+def freeze() -> None:
+    """Move every object of this process to the garbage collector's permanent generation
+    (``gc.freeze``) before a fork: the child's collections then skip the parent's objects instead
+    of walking (and writing the headers of) all of them, which copied most of the warm parent's
+    pages into each child (copy-on-write) and cost a group's process about a quarter of its time
+    on a small group. The parent's own garbage stays uncollected; it runs nothing between forks."""
+    gc.freeze()
+
+
+def thread_count() -> int:
+    """Threads of this process (Linux; 1 elsewhere)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def in_group_process() -> bool:
+    return PARENT is not None and os.getpid() != PARENT
+
+
+def _prctl(option: int, arg: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001 - no prctl on this libc: the worker lives without the death signal
+        return False
+
+
+def _flush() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
+class GroupDied(Exception):
+    """A group's process ended without finishing its group; ``status`` as ``os.waitpid`` gives it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(describe(status))
+        self.status = status
+
+
+def describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        with contextlib.suppress(ValueError):
+            return f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+def per_group(groups: Iterable[T], on_child: Callable[[], None] = lambda: None) -> Iterator[T]:
+    """Yield each group inside a fresh process forked from this one; in this process, wait for it.
+
+    Used as ``for group in per_group(groups): <run the group>``: the loop body runs only in the
+    child, which ends (``os._exit(0)``) when the body asks for the next group. The parent takes
+    the next group only after the child and everything it started are gone; a child that did not
+    finish raises ``GroupDied`` here. ``on_child`` runs first thing in each child."""
+    global FORKING, PARENT
+    parent = os.getpid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    for group in groups:
+        _flush()
+        freeze()
+        done_r, done_w = os.pipe()
+        FORKING = True
+        try:
+            pid = os.fork()
+        except BaseException:
+            FORKING = False
+            os.close(done_r)
+            os.close(done_w)
+            raise
+        if pid == 0:
+            FORKING, PARENT = False, parent
+            os.close(done_r)
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:      # the parent died before prctl took effect
+                os._exit(1)
+            on_child()
+            yield group
+            # The loop body ran to its end in this process: say so, and end without cleanup
+            # (atexit handlers and buffers are the parent's).
+            _flush()
+            os.write(done_w, b"1")
+            os._exit(0)
+        FORKING = False
+        os.close(done_w)
+        try:
+            status = _wait(pid)
+            os.set_blocking(done_r, False)   # a process the child left may still hold the pipe
+            try:
+                finished = os.read(done_r, 1) == b"1"
+            except BlockingIOError:
+                finished = False
+        finally:
+            os.close(done_r)
+            end_descendants()
+        if not finished:
+            raise GroupDied(status)
+
+
+def in_fresh_copy(fn: Callable[[], bool]) -> int:
+    """Run ``fn`` in a copy of this process forked for it (before this one has done anything it
+    could carry over) and wait for it; its exit status, as ``os.waitpid`` gives it (0: ``fn``
+    returned True). The copy sends no events (the worker's ``leave_if_forked`` ends it if it tries)."""
+    global FORKING
+    _flush()
+    freeze()
+    FORKING = True
+    try:
+        pid = os.fork()
+    except BaseException:
+        FORKING = False
+        raise
+    if pid == 0:
+        FORKING = False
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            ok = fn()
+        except BaseException:  # noqa: BLE001 - the forked group reports any failure as a failed group
+            traceback.print_exc()
+            ok = False
+        _flush()
+        os._exit(0 if ok else 1)
+    FORKING = False
+    return _wait(pid)
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def descendants(root: int | None = None) -> list[int]:
+    """Pids of every live descendant of ``root`` (this process), read from /proc."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        rest = stat[stat.rfind(b")") + 2:].split()
+        if len(rest) > 1 and rest[0] != b"Z":
+            children.setdefault(int(rest[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def end_descendants(limit_s: float = 5.0) -> int:
+    """Kill every process below this one (a subreaper: what a group's process left behind,
+    daemons included) and reap them; returns how many were killed."""
+    killed: set[int] = set()
+    end = time.monotonic() + limit_s
+    while True:
+        found = descendants()
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        _reap_zombies()
+        if not found or time.monotonic() > end:
+            return len(killed)
+        time.sleep(0.01)
+
+
+def _reap_zombies() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def mirror(status: int) -> None:
+    """End this process as the group's process ended: by the same signal, or the same code."""
+    _flush()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        import faulthandler
+
+        faulthandler.disable()              # the child printed its own traceback
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)                 # a signal whose default is not to end the process
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+@contextlib.contextmanager
+def contained() -> Iterator[None]:
+    """Around the worker's loop: a group's death ends the parent the same way (``mirror``); an
+    exception or ``sys.exit`` that leaves the loop in a group's process ends that process alone,
+    as it would have ended a long-lived worker (the traceback printed, the exit status kept)."""
+    try:
+        yield
+    except GroupDied as died:
+        if in_group_process():
+            os._exit(1)
+        mirror(died.status)
+    except BaseException as exc:
+        if not in_group_process():
+            raise
+        if isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        else:
+            traceback.print_exc()
+            code = 1
+        _flush()
+        os._exit(code)
