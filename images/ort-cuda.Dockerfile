@@ -40,4 +40,4 @@ LABEL org.opencontainers.image.title="torch-onnx-matrix ort-cuda environment" \
 # Containers run as the invoking user's uid (files in the run directory stay theirs); nobody here.
 USER 65534:65534
 WORKDIR /tmp
-CMD ["python", "-m", "harness.worker.main", "--help"]
+CMD ["python", "-m", "harness.worker", "--help"]

@@ -116,15 +116,18 @@ def test_module_paths_are_spelled_only_in_the_wire():
     """A module path written as a string (``python -m harness.worker``) is an import no check
     sees: each is a constant of ``core/wire.py`` (or of the registry that names its own modules)."""
     spelled = re.compile(r"^harness(\.[a-z_]+)+$")
+    started = re.compile(r"-m harness(\.[a-z_]+)+(\s|$)")   # a command line an f-string builds
     allowed = {"core/wire.py", "probes/zoo/__init__.py"}
     found = []
     for path in sorted(HARNESS.rglob("*.py")):
         rel = path.relative_to(HARNESS)
         if rel.as_posix() in allowed:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and spelled.match(node.value) \
-                    and not _is_template_package(node, path):
+        tree = ast.parse(path.read_text())
+        built = {id(v) for f in ast.walk(tree) if isinstance(f, ast.JoinedStr) for v in f.values}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and not _is_template_package(node, path) \
+                    and (spelled.match(node.value) or (id(node) in built and started.search(node.value))):
                 found.append(f"{rel}:{node.lineno} {node.value!r}")
     assert not found, found
 
@@ -187,3 +190,15 @@ def test_the_existing_environment_reader_answers_as_the_runner_reads():
 
     assert PROBE_FILE == HARNESS / EXISTING_FACTS_FILE and PROBE_FILE.exists()
     assert f"PREFIX = {EXISTING_FACTS_PREFIX!r}" in PROBE_FILE.read_text().replace('"', "'")
+
+
+def test_every_module_a_result_depends_on_is_in_the_cache_key():
+    """The cell cache keys on a hash of the result code (``harness.store.provenance.RESULT_CODE``):
+    a worker module left out of it would let a cached verdict outlive the code that made it (the
+    worker's move to its own folder once did)."""
+    from harness.store.provenance import RESULT_CODE
+
+    hashed = {p for pattern in RESULT_CODE for p in HARNESS.glob(pattern)}
+    for folder in ("worker", "run", "runtimes", "core"):
+        missing = [str(p.relative_to(HARNESS)) for p in (HARNESS / folder).rglob("*.py") if p not in hashed]
+        assert not missing, missing

@@ -19,6 +19,10 @@ import os
 from pathlib import Path
 
 HARNESS_DIR = Path(__file__).resolve().parent.parent
+# The code a result depends on, hashed into every cell's cache key (``harness.store.provenance``)
+# and never counted among a case's own files (``harness.worker.loaded``): the worker, the runner,
+# the runtimes and the types they share.
+RESULT_CODE_DIRS = ("core", "run", "runtimes", "worker")
 PROJECT_ROOT = HARNESS_DIR.parent
 # Installed as a package (not a checkout, not an image's copy): defaults follow the current directory.
 INSTALLED = PROJECT_ROOT.name in ("site-packages", "dist-packages")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from harness import __version__
 from harness.core.cell import CaseRef
 from harness.core.files import expand_declared
-from harness.core.paths import HARNESS_DIR
+from harness.core.paths import HARNESS_DIR, RESULT_CODE_DIRS
 from harness.core.run import RunMeta
 from harness.probes import PROBES
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from harness.matrix.config import Matrix
 
 # The code that decides a cell's status and numbers; other modules only plan or report.
-RESULT_CODE = ("core/*.py", "run/*.py", "runtimes/*.py")
+RESULT_CODE = tuple(f"{d}/**/*.py" for d in RESULT_CODE_DIRS)
 FINGERPRINT_FILE = "fingerprint.json"
 
 

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from harness.core.files import case_file_key, expand_declared, file_digest  # noqa: F401 (re-exported)
+from harness.core.paths import RESULT_CODE_DIRS
 
 # The harness's result code is keyed by its own hash (harness.store.provenance.RESULT_CODE); the
 # rest of it that a worker imports (the probes, the zoo) builds cases and counts as case files.
 _HARNESS = Path(__file__).resolve().parent.parent
-_RESULT_CODE_DIRS = tuple(str(_HARNESS / d) + os.sep for d in ("core", "run", "runtimes"))
+_RESULT_CODE_DIRS = tuple(str(_HARNESS / d) + os.sep for d in RESULT_CODE_DIRS)
 _READ_MODES = frozenset("rb")   # an open for reading only: no 'w', 'a', 'x' or '+'
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _TMP = os.path.realpath(tempfile.gettempdir()) + os.sep

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, TESTS, env_python, run_harness
 
+from harness.core.wire import WORKER_MODULE
+
 pytestmark = pytest.mark.e2e
 
 
@@ -72,7 +74,7 @@ def test_failed_cells_have_logs_and_bundles(e2e_records):
     for r in failed:
         assert Path(r.log).exists() and "Traceback" in Path(r.log).read_text()
         assert r.bundle and (Path(r.bundle) / "inputs.npz").exists()
-        assert r.repro and "harness.worker.main" in r.repro
+        assert r.repro and f"-m {WORKER_MODULE} --job" in r.repro
         assert r.signature
 
 

@@ -14,6 +14,7 @@ import pytest
 from helpers import TESTS, env_python, run_harness
 
 from harness.core.record import read_records
+from harness.core.wire import WORKER_MODULE
 from harness.store.runs import read_run_meta
 
 pytestmark = pytest.mark.e2e
@@ -107,7 +108,7 @@ def test_the_warm_worker_forks_each_group_and_dies_as_its_group_did(runs, tmp_pa
     job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="e", groups=groups, base_dir=str(tmp_path),
               latency=LatencyProtocol(enabled=False), bundles=False).write(tmp_path / "job.json")
     events_r, events_w = os.pipe()
-    proc = subprocess.Popen([str(python), "-m", "harness.worker.main", "--job", str(job), "--events-fd", str(events_w)],
+    proc = subprocess.Popen([str(python), "-m", WORKER_MODULE, "--job", str(job), "--events-fd", str(events_w)],
                             pass_fds=(events_w,), env=harness_process_env(1), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     os.close(events_w)

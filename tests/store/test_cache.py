@@ -175,7 +175,7 @@ def test_adopt_links_the_log_and_bundle_into_the_new_run(tmp_path):
     bundle.mkdir(parents=True)
     (bundle / "cell.json").write_text("{}")
     rec = stored(cell, k, Status.FAIL, error="E: x", log=str(old / "logs" / "g.log"), bundle=str(bundle),
-                 repro=f"python -m harness.worker.main --job {bundle}/cell.json --print")
+                 repro=f"python -m harness.worker --job {bundle}/cell.json --print")
     new_dir = tmp_path / "new"
     new = adopt(rec, old, "20260102-000000-aaaaaa", new_dir)
     assert new.log == str(new_dir / "logs" / "cached" / "20260101-000000-aaaaaa" / "g.log")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.core.paths import import_root
 from harness.core.record import Record
+from harness.core.wire import WORKER_MODULE
 from harness.worker.diagnose.repro import write_upstream
 from harness.worker.stages import GroupContext
 
@@ -52,4 +53,4 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
         traceback.print_exc()
         rec.pass_not_run("bundle", f"repro.py, ISSUE.md or the test data not written: {type(exc).__name__}: {exc}")
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
-                 f"-m harness.worker.main --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")
+                 f"-m {WORKER_MODULE} --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")
