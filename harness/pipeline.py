@@ -58,8 +58,6 @@ def load_request_matrix(req: MatrixRequest) -> tuple[Matrix, Plan]:
     only = parse_only(req.only) or {}
     if not req.torch:
         return matrix, build_plan(matrix, only or None)
-    from harness.gate.sources import with_torch
-
     versions = list(dict.fromkeys(v.strip() for v in req.torch.split(",") if v.strip()))
     if not versions:
         raise ConfigError(f"--torch: expected torch releases such as 2.6.0,2.13.0 (got {req.torch!r})")
@@ -69,11 +67,11 @@ def load_request_matrix(req: MatrixRequest) -> tuple[Matrix, Plan]:
         if "torch" in only and version not in only["torch"]:
             continue
         try:
-            restricted = with_torch(matrix, version)
+            restricted = matrix.one_release(version)
         except ConfigError as exc:
             raise ConfigError(f"--torch: {exc}") from None
         envs += build_plan(restricted, {**only, "torch": [version]}).environments
-    matrix = matrix.model_copy(update={"torch": [with_torch(matrix, v).torch[0] for v in versions]})
+    matrix = matrix.model_copy(update={"torch": [matrix.torch_entry(v) for v in versions]})
     return matrix, Plan(matrix, envs)
 
 

@@ -45,13 +45,8 @@ class Side:
         return self.subject or f"torch {self.torch}"
 
 
-def with_torch(matrix: Matrix, version: str) -> Matrix:
-    """The matrix restricted to one torch version (``Matrix.one_release``)."""
-    return matrix.one_release(version)
-
-
 def version_plan(matrix: Matrix, version: str) -> tuple[Matrix, Plan]:
-    restricted = with_torch(matrix, version)
+    restricted = matrix.one_release(version)
     return restricted, build_plan(restricted, {"torch": [version]})
 
 
