@@ -133,12 +133,14 @@ def verdicts(run_dir: Path) -> dict[str, tuple[str, str | None]]:
     return {r.cell_id: (r.status, r.stage) for r in read_records(run_dir / "results.jsonl")}
 
 
+@pytest.mark.e2e
 def test_second_images_build_is_a_no_op(built_image):
     out, seconds = build_images()
     print(f"\n[docker] second `images`: {seconds:.1f} s")
     assert "up to date" in out and "building image" not in out, out
 
 
+@pytest.mark.e2e
 def test_docker_verdicts_equal_venv_verdicts(docker_run_dir, venv_run_dir):
     in_docker, in_venv = verdicts(docker_run_dir), verdicts(venv_run_dir)
     assert len(in_docker) == 8 and in_docker == in_venv
@@ -146,6 +148,7 @@ def test_docker_verdicts_equal_venv_verdicts(docker_run_dir, venv_run_dir):
     assert in_docker["torch2.13.0-conv_bn-dynamo-op17-ort-cpu"] == ("pass", None)
 
 
+@pytest.mark.e2e
 def test_docker_records_carry_versions_logs_and_bundles(docker_run_dir):
     from harness.core.record import read_records
 
@@ -156,6 +159,7 @@ def test_docker_records_carry_versions_logs_and_bundles(docker_run_dir):
             assert (Path(r.bundle) / "inputs.npz").exists()
 
 
+@pytest.mark.e2e
 def test_run_json_lists_packages_installed_in_the_image(docker_run_dir):
     meta = json.loads((docker_run_dir / "run.json").read_text())
     (env,) = meta["environments"].values()
@@ -164,6 +168,7 @@ def test_run_json_lists_packages_installed_in_the_image(docker_run_dir):
     assert "onnxruntime==1.32.0" in env["installed"]
 
 
+@pytest.mark.e2e
 def test_crash_and_hang_are_contained_in_containers(built_image, tmp_path):
     import docker
 
@@ -194,6 +199,7 @@ def built_tag(built_image: str) -> str:
     return re.search(r"torch-onnx-matrix/ort-cpu:[0-9a-f]{16}", built_image).group(0)
 
 
+@pytest.mark.e2e
 def test_a_local_image_is_an_existing_environment(built_image, tmp_path):
     """The image the Docker provider built, named as an existing one: its own interpreter, this
     checkout's harness mounted, the image unchanged and no container left behind."""
@@ -216,6 +222,7 @@ def test_a_local_image_is_an_existing_environment(built_image, tmp_path):
     assert not client.containers.list(all=True, filters={"ancestor": image_id, "label": "torch-onnx-matrix.worker"})
 
 
+@pytest.mark.e2e
 def test_the_gate_between_a_venv_made_by_hand_and_a_local_image(built_image, tmp_path):
     from helpers import TORCH_2_13, hand_venv
 
