@@ -34,6 +34,7 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "runtimes": "runtimes each file is run in: a name or a [runtime entry](#runtime-entries)",
         "cases": "cases: a group (`probes`, `real`, `transformers`, `timm`, `torchvision`, `transformers:bert,gpt2`), `file.py:function` (relative to the matrix file), `package.module:function`, or a [case entry](#case-entries)",
         "options": "extra axes, each a list of values (see [option axes](#option-axes))",
+        "pipelines": "post-export pipelines, an axis: name → ordered steps applied to the exported file; `raw: []` (the default) is the file as exported ([Pipelines](pipelines.md))",
         "include": "extra cells outside the product of the lists (see [include entries](#include-entries))",
         "exclude": "rules over axes (`{exporter: dynamo, opset: 13}`); a list means any of; `~regex` matches by regular expression; a matching cell is not planned",
         "xfail": "known failures (see [xfail entries](#xfail-entries)); a matching failure is `xfail`, a matching pass `xpass`",
@@ -67,6 +68,8 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "onnx": "onnx pin (default: one the release's exporter works with)",
         "onnxscript": "onnxscript pin (default: one the release's dynamo exporter works with)",
         "protobuf": "protobuf pin",
+        "onnxslim": "onnxslim pin, for the `onnxslim` step (default 0.1.98, installed only where a pipeline uses it)",
+        "onnxsim": "onnxsim pin, for the `onnxsim` step (default 0.8.1, installed only where a pipeline uses it)",
         "extras": "more requirements installed beside torch, e.g. `transformers==4.57.6`",
     },
     "RuntimeSpec": {
@@ -82,12 +85,16 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "data_files": "files the case reads that it does not import (weights, configs, vocabularies): "
                       "paths or globs relative to the matrix file; a change re-runs the case's cells "
                       "([Cell cache](cache.md))",
+        "tolerances": "how the case's pipelines that end in fp16 or int8 are judged, over the defaults: "
+                      "`{int8: {cosine: 0.98, top1: 0.8}, fp16: {atol: 0.05}}` ([Pipelines](pipelines.md))",
     },
     "OptionsAxes": {
         "constant_folding": "export with `do_constant_folding` on and/or off",
         "dynamic": "export the case's dynamic dims as dynamic and/or every dim static",
         "precision": "what the runtime is asked to compute in (`fp32`, `fp16`, `bf16`)",
         "dim_policy": "how dynamo marks dynamic dims: null (what torch does with `dynamic_axes` on that release), `dynamic`, `auto`, `named`",
+        "optimize": "the dynamo exporter's `optimize=` (null: the release's default); TorchScript cells keep null ([Pipelines](pipelines.md))",
+        "external_data": "the dynamo exporter's `external_data=`: one file or file + `.data`, recorded as `graph.layout` ([Pipelines](pipelines.md))",
     },
     "IncludeEntry": {
         "torch": "torch release of the extra cell (default: the first of `torch`)",
@@ -99,6 +106,9 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "dynamic": "dynamic dims or static",
         "precision": "its precision",
         "dim_policy": "its dim policy",
+        "pipeline": "its pipeline (a name of `pipelines`; default: the first)",
+        "optimize": "its dynamo `optimize=`",
+        "external_data": "its dynamo `external_data=`",
     },
     "XfailEntry": {
         "match": "the cells it applies to, as an `exclude` rule",
@@ -122,6 +132,8 @@ MATRIX_KEYS: dict[str, dict[str, str]] = {
         "warmup_window_s": "seconds per window, at least",
         "warmup_tolerance": "how closely the window medians must agree (relative)",
         "min_runs": "timed calls, at least",
+        "early_runs": "from this many calls on, sampling may stop before `min_runs` where the spread allows",
+        "early_confidence": "the stricter confidence the interval must reach within ± `rel_ci` to stop before `min_runs`",
         "min_time_s": "timed seconds, at least",
         "max_time_s": "sampling stops here (`stop: time_cap`)",
         "max_runs": "or here (`stop: max_runs`)",
@@ -190,6 +202,10 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "passes_not_run": "optional passes asked of this cell that could not be made, pass "
                           "(`runtime_floor`, `runtime_versions`, `deploy`, `reduce`, `blame`, `bundle`) → why; "
                           "written only when there is one ([Robustness](robustness.md#an-optional-pass-that-cannot-run-is-said))",
+        "export_made": "how the cell's file was made: `{how: reused-capture, shared_by, capture_s, sha256}` "
+                       "from one capture shared by the opsets of a case, release and options, or "
+                       "`{how: per-opset, reason, sha256}`; `sha256`: the file's digest "
+                       "([Where the time goes](performance.md)); none on older records",
     },
     "Parity": {
         "max_abs": "largest absolute difference from eager over every output and shape",
@@ -220,7 +236,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "stop": "why sampling ended: `converged`, `time_cap`, `max_runs`",
         "warmup_iterations": "warm-up calls",
         "warmup_stable": "warm-up ended on stability (not on `warmup_max_s`)",
-        "floor_ms": "the runtime binding's own median call on a one-element Identity model",
+        "floor_ms": "the binding overhead: the runtime binding's own median call on a one-element Identity model (`Latency.binding_overhead_ms` in Python; the key predates the rename)",
         "loaded": "the machine was busy with other work while the calls were timed (others' CPU over 25 % of the machine, or steal over 5 %); the gate times such a cell again interleaved rather than compare this figure ([Report](report.md#latency-on-a-loaded-machine))",
         "load": "what that was decided from: `other_cpu` and `steal` (shares of the machine over the timing window), `cpu_share` (the timing process's CPU time / wall time), `loadavg`, `cpus`, `window_s`",
         "samples": "at most 1,000 samples: all of them in time order, else evenly spaced order statistics",
@@ -335,7 +351,9 @@ def record_reference() -> tuple[str, list[str]]:
     for name, key in (("Record", None), ("Parity", "parity"), ("Latency", "latency_ms")):
         cls = getattr(record, name)
         hints = typing.get_type_hints(cls, vars(record))
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        # The stored key, where an attribute was renamed after schema v1 stored it (floor_ms).
+        stored = record.LATENCY_KEYS if name == "Latency" else {}
+        names = [stored.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "extra"]
         actual[name] = names
         nested = {"Parity": record._PARITY, "Latency": record._LATENCY}.get(name, checks)
         rows = []
@@ -346,13 +364,14 @@ def record_reference() -> tuple[str, list[str]]:
             tp = getattr(hints[f.name], "__name__", tp) if not str(hints[f.name]).startswith("typing") \
                 and "|" not in str(hints[f.name]) and "[" not in str(hints[f.name]) else tp
             tp = tp.replace(" | ", " or ").replace("None", "null")
-            check = nested.get(f.name, (None, ""))[1] if f.name in nested else ""
+            key_name = stored.get(f.name, f.name)
+            check = nested.get(key_name, (None, ""))[1] if key_name in nested else ""
             if name == "Record" and f.name == "status":
                 check = "a known status"
             if name == "Record" and f.name == "schema":
                 check = "an integer, at most the reader's"
             req = "yes" if name == "Record" and f.name in required else ""
-            rows.append([f"`{f.name}`", f"`{tp}`", req, check, RECORD_FIELDS.get(name, {}).get(f.name, "")])
+            rows.append([f"`{key_name}`", f"`{tp}`", req, check, RECORD_FIELDS.get(name, {}).get(key_name, "")])
         title = "The record" if key is None else f"`{key}`"
         parts.append(f"## {title}\n\n" + _table(rows, ["field", "type", "required", "checked on read", "meaning"]))
     return "\n\n".join(parts) + "\n", _check("record field", RECORD_FIELDS, actual)

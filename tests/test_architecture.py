@@ -25,10 +25,10 @@ LAYERS = [
     {"store"},
     {"run"},
     {"report"},
-    {"workflow"},
+    {"run_workflow"},
     {"gate"},
-    {"pipeline"},
-    {"checks"},
+    {"matrix_run"},
+    {"bench", "gpu_check"},
     {"cli", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
@@ -79,7 +79,7 @@ def test_no_import_runs_against_the_flow():
 # What runs inside an environment: the worker's folder, and what workers import of the rest.
 WORKER_SIDE = ("worker", "core", "runtimes", "probes")
 # The bench (``nox -s bench``) drives worker code in its own process on purpose: it measures it.
-RUNNER_MAY_IMPORT_WORKER = {"checks/bench.py"}
+RUNNER_MAY_IMPORT_WORKER = {"bench/suite.py"}
 
 
 def _side(rel: Path) -> str:
@@ -202,3 +202,47 @@ def test_every_module_a_result_depends_on_is_in_the_cache_key():
     for folder in ("worker", "run", "runtimes", "core"):
         missing = [str(p.relative_to(HARNESS)) for p in (HARNESS / folder).rglob("*.py") if p not in hashed]
         assert not missing, missing
+
+
+def _called(node: ast.AST) -> str | None:
+    """The name a call calls: ``f(...)`` and ``x.y.f(...)`` both give ``f``."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return None
+
+
+# The one module that makes ONNX Runtime sessions (the adapters' loader), and the bench's bare
+# ONNX Runtime loop: it times ONNX Runtime without the harness, what the adapter is measured against.
+SESSION_LOADER = "runtimes/ort_session.py"
+BARE_ONNX_RUNTIME = {"worker/bench_latency.py"}
+
+
+def test_onnx_runtime_sessions_are_made_only_by_the_adapters_loader():
+    """A session made past the adapters (blame's "optimisations off" rungs, divergence and
+    reduction once made their own) is a second code path whose options drift from the one a
+    cell runs: every other module asks an adapter, with a ``LoadOptions`` where it differs."""
+    found, made_here = [], 0
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS).as_posix()
+        calls = [n for n in ast.walk(ast.parse(path.read_text()))
+                 if _called(n) in {"InferenceSession", "SessionOptions"}]
+        if rel == SESSION_LOADER:
+            made_here = len(calls)
+        elif rel not in BARE_ONNX_RUNTIME:
+            found += [f"{rel}:{n.lineno}" for n in calls]
+    assert made_here, f"{SESSION_LOADER} makes no session: the check below looks at the wrong module"
+    assert not found, found
+
+
+def test_adapters_are_activated_only_through_their_context_manager():
+    """``activate()`` by hand needs a ``deactivate()`` on every path (the runtime-release check once
+    left one active per file); ``with adapter:`` or ``ActiveAdapters.enter_context`` cannot forget."""
+    hand = {"activate", "deactivate", "__enter__", "__exit__"}   # an adapter's ``*_impl`` calls its parent's
+    found = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS).as_posix()
+        if rel == "runtimes/base.py":   # where the context manager is defined
+            continue
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text())) if _called(n) in hand]
+    assert not found, found

@@ -54,8 +54,8 @@ def test_a_subcommand_parses_the_same_with_or_without_the_others():
 
 def test_defaults_come_from_the_request_types():
     from harness.gate.compare import Settings
-    from harness.gate.main import GateRequest
-    from harness.pipeline import MatrixRequest
+    from harness.gate.driver import GateRequest
+    from harness.matrix_run import MatrixRequest
 
     gate = build_parser().parse_args(["gate", "--from-deps", "main"])
     assert (gate.latency_threshold, gate.alpha, gate.parity_factor) == (
@@ -95,13 +95,13 @@ def test_which_finished_cells_get_a_line(tmp_path, terminal, verbose, shown):
     from harness.core.status import Status
     from harness.run.annotate import Annotator
     from harness.run.progress import RunProgress
-    from harness.run.recorder import Recorder
+    from harness.run.results_writer import ResultsWriter
 
     buffer = io.StringIO()
     progress = RunProgress(3, verbose, Console(file=buffer, force_terminal=terminal, width=200))
-    recorder = Recorder(tmp_path / "results.jsonl", Annotator([]), progress, hold_passes=False)
+    writer = ResultsWriter(tmp_path / "results.jsonl", Annotator([]), progress, hold_passes=False)
     for status in ("pass", "fail", "skip"):
-        recorder.verdict(Record(run_id="r", case=status, torch="2.13.0", exporter="dynamo", opset=18,
+        writer.verdict(Record(run_id="r", case=status, torch="2.13.0", exporter="dynamo", opset=18,
                                 runtime="ort-cpu", status=Status(status), cell_id=f"cell-{status}",
                                 stage="export" if status == "fail" else None,
                                 error="boom" if status == "fail" else None))

@@ -47,7 +47,7 @@ COMMANDS = {
     "reduce": ("reduce", "reduce failing cells' files to the smallest graph that still fails"),
     "images": ("images", "build the Docker images a matrix needs"),
     "base-image": ("base_image", "bootstrap the local base image for offline builds"),
-    "bench": ("bench", "benchmark the tool itself (environment reuse, throughput, timing floor)"),
+    "bench": ("bench", "benchmark the tool itself (environment reuse, throughput, timing overhead)"),
     "gpu-check": ("gpu_check", "run the probes on the GPU runtimes and print one line per cell"),
 }
 

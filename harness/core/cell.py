@@ -19,7 +19,9 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 DIM_POLICIES = ("dynamic", "auto", "named")
 # Every axis a rule (include, exclude, xfail, --only) may name.
 AXES = ("torch", "exporter", "opset", "runtime", "case", "constant_folding", "dynamic", "precision",
-        "dim_policy")
+        "dim_policy", "pipeline", "optimize", "external_data")
+# The empty pipeline: the exported file as it is (harness.worker.steps; docs/pipelines.md).
+RAW_PIPELINE = "raw"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,12 @@ class ExportOptions:
     # None: how torch.onnx itself converts dynamic_axes on the installed release (see
     # harness.worker.dims); a policy is only set where it changes the export (dynamo, dynamic dims).
     dim_policy: str | None = None
+    # The post-export pipeline the file goes through before the runtimes load it (matrix.yaml's
+    # ``pipelines``: a name; its steps travel in the export group).
+    pipeline: str = RAW_PIPELINE
+    # The dynamo exporter's ``optimize=`` and ``external_data=``; None: the release's default.
+    optimize: bool | None = None
+    external_data: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dim_policy is not None and self.dim_policy not in DIM_POLICIES:
@@ -43,19 +51,35 @@ class ExportOptions:
         return cls(dynamic=data.get("dynamic") is not False,
                    constant_folding=data.get("constant_folding") is not False,
                    precision=str(data.get("precision") or "fp32"),
-                   dim_policy=data.get("dim_policy") or None)
+                   dim_policy=data.get("dim_policy") or None,
+                   pipeline=str(data.get("pipeline") or RAW_PIPELINE),
+                   optimize=data.get("optimize"), external_data=data.get("external_data"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"constant_folding": self.constant_folding, "dynamic": self.dynamic,
                                "precision": self.precision}
         if self.dim_policy is not None:   # absent by default: records and ids stay as they were
             out["dim_policy"] = self.dim_policy
+        # Likewise absent at their defaults: a matrix without pipelines or exporter switches
+        # writes the records and cell ids it always wrote.
+        if self.pipeline != RAW_PIPELINE:
+            out["pipeline"] = self.pipeline
+        for name in ("optimize", "external_data"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
+
+    def switches(self) -> dict[str, bool]:
+        """The dynamo exporter's switches this cell sets (``optimize=``, ``external_data=``)."""
+        return {k: v for k, v in (("optimize", self.optimize), ("external_data", self.external_data)) if v is not None}
 
     def _parts(self) -> list[str]:
         return [p for p, on in (("static", not self.dynamic), ("nofold", not self.constant_folding),
                                 (self.precision, self.precision != "fp32"),
-                                (f"dim-{self.dim_policy}", self.dim_policy is not None)) if on]
+                                (f"dim-{self.dim_policy}", self.dim_policy is not None),
+                                ("noopt" if self.optimize is False else "opt", self.optimize is not None),
+                                ("extdata" if self.external_data else "onefile", self.external_data is not None),
+                                (f"pipe-{self.pipeline}", self.pipeline != RAW_PIPELINE)) if on]
 
     @property
     def suffix(self) -> str:
@@ -99,7 +123,7 @@ class CellKey:
     def axes(self) -> dict[str, Any]:
         """The axis values rules match against (torch excluded)."""
         return {"exporter": self.exporter, "opset": self.opset, "runtime": self.runtime,
-                "case": self.case, **self.options.to_dict()}
+                "case": self.case, "pipeline": RAW_PIPELINE, **self.options.to_dict()}
 
 
 # Column names of a cell's identity in tables (the report's frames): torch plus the key's fields.

@@ -16,6 +16,15 @@ def first_line(exc: BaseException) -> str:
     return lines[0].strip() if lines else ""
 
 
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its ``raise ... from`` causes, outermost first."""
+    chain, seen = [exc], {id(exc)}
+    while (nxt := chain[-1].__cause__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        chain.append(nxt)
+    return chain
+
+
 def root_cause(exc: BaseException) -> BaseException:
     """The most specific cause of ``exc``: the innermost exception of its ``__cause__`` chain
     (``raise ... from``), the link exporters and runtimes use to wrap the error that stopped them.
@@ -24,11 +33,7 @@ def root_cause(exc: BaseException) -> BaseException:
     never followed: torch.export and the exporters catch and retry internally, and the exception
     their handler was looking at is unrelated to the one that ends the export.
     """
-    root, seen = exc, {id(exc)}
-    while (nxt := root.__cause__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        root = nxt
-    return root
+    return exception_chain(exc)[-1]
 
 
 def short_error(exc: BaseException, limit: int = 500, cause: bool = True) -> str:

@@ -31,8 +31,9 @@ class LatencyProtocol:
     medians of the last ``warmup_windows`` windows (each >= ``warmup_window_runs`` calls and
     >= ``warmup_window_s``) agree within ``warmup_tolerance``, or after ``warmup_max_s``. Sampling
     stops when the ``confidence`` interval of the median lies within ±``rel_ci`` of it after at
-    least ``min_runs`` calls and ``min_time_s`` ("converged"), or at ``max_time_s`` ("time_cap")
-    or ``max_runs`` ("max_runs").
+    least ``min_runs`` calls and ``min_time_s`` ("converged"), or before ``min_runs`` (from
+    ``early_runs`` calls) when the stricter ``early_confidence`` interval does, or at
+    ``max_time_s`` ("time_cap") or ``max_runs`` ("max_runs").
 
     ``confirm``: the latency phase times each cell once more in a second fresh process with a short
     protocol (``confirm_protocol``); where the two disagree it is timed in ``confirm_processes``
@@ -48,6 +49,11 @@ class LatencyProtocol:
     warmup_window_s: float = 0.01
     warmup_tolerance: float = 0.02
     min_runs: int = 200
+    # Fewer calls where the spread allows: from ``early_runs`` calls on, sampling also stops once
+    # the ``early_confidence`` interval of the median (wider than the ``confidence`` one, which
+    # guards against stopping on a lucky early look) already lies within ±``rel_ci``.
+    early_runs: int = 30
+    early_confidence: float = 0.99
     min_time_s: float = 0.1
     max_time_s: float = 10.0
     max_runs: int = 1_000_000
@@ -62,7 +68,7 @@ class LatencyProtocol:
                      "min_time_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        for name in ("min_runs", "warmup_windows", "warmup_window_runs"):
+        for name in ("min_runs", "early_runs", "warmup_windows", "warmup_window_runs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_runs < self.min_runs:
@@ -125,9 +131,19 @@ class ExportGroup:
     rtol: float | None = None
     cells: tuple[CellJob, ...] = ()
     data_files: tuple[str, ...] = ()   # files the case reads, declared in matrix.yaml (paths, globs)
+    # The pipeline ``options.pipeline`` names: its steps in order, each {"step": name, "args": {...}}
+    # (harness.worker.steps), and how its parity is judged ({"class": "fp16", "atol": ..., "cosine": ...};
+    # None: the case's own atol / rtol, as without pipelines).
+    steps: tuple[dict[str, Any], ...] = ()
+    judge: dict[str, Any] | None = None
 
     def key(self, cell: CellJob) -> CellKey:
         return CellKey(self.case, self.exporter, int(self.opset), cell.runtime, self.options)
+
+    def capture_key(self) -> tuple:
+        """What a group shares its capture by (``harness.worker.capture_reuse``): the groups of
+        one case, exporter and options that differ only in opset are one family."""
+        return (self.case, self.case_ref, self.exporter, self.options, self.atol, self.rtol, self.data_files)
 
     def only(self, cell_id: str) -> "ExportGroup":
         """The same group restricted to one cell (a bundle reproduces one cell)."""
@@ -136,7 +152,7 @@ class ExportGroup:
     def to_dict(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)},
                 "options": self.options.to_dict(), "cells": [asdict(c) for c in self.cells],
-                "data_files": list(self.data_files)}
+                "data_files": list(self.data_files), "steps": [dict(s) for s in self.steps]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ExportGroup":
@@ -145,6 +161,7 @@ class ExportGroup:
         known["cells"] = tuple(CellJob.from_dict(c) for c in data.get("cells", []))
         known["opset"] = int(known["opset"])
         known["data_files"] = tuple(data.get("data_files") or ())
+        known["steps"] = tuple(data.get("steps") or ())
         return cls(**known)
 
 
@@ -197,3 +214,11 @@ class Job:
 
     def replace(self, **changes: Any) -> "Job":
         return Job(**{**self.__dict__, **changes})
+
+
+def families(groups: "list[ExportGroup] | tuple[ExportGroup, ...]") -> list[list[ExportGroup]]:
+    """Groups partitioned by ``capture_key``, each family where its first group was, in order."""
+    out: dict[tuple, list[ExportGroup]] = {}
+    for g in groups:
+        out.setdefault(g.capture_key(), []).append(g)
+    return list(out.values())

@@ -84,13 +84,19 @@ class Parity:
         return bool(self.to_dict())
 
 
+# Latency attributes whose stored (schema v1) key is an older name: attribute → key.
+LATENCY_KEYS = {"binding_overhead_ms": "floor_ms"}
+LATENCY_FIELDS = {key: name for name, key in LATENCY_KEYS.items()}
+
+
 @dataclass
 class Latency:
     """Latency summary in milliseconds (see ``harness.worker.latency``) with a bounded sample.
 
     ``ci_low``/``ci_high``: the confidence interval of the median (order statistics);
-    ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``floor_ms``: the
-    runtime binding's own per-call median on an identity model. ``spread``: the robust spread
+    ``stop``: why sampling ended ("converged", "time_cap", "max_runs"); ``binding_overhead_ms``:
+    the runtime binding's own per-call median on an identity model (stored as ``floor_ms``, its
+    schema v1 key, from before "floor" came to mean only a runtime floor). ``spread``: the robust spread
     (IQR / 1.349 / median) that decides ``unstable`` with the interval; ``loaded``/``load``: the
     machine was busy with other work while the calls were timed (``harness.worker.machine_load``).
     ``unstable_why``: what made it unstable. ``processes``: the medians of the fresh processes
@@ -117,7 +123,7 @@ class Latency:
     stop: str | None = None
     warmup_iterations: int | None = None
     warmup_stable: bool | None = None
-    floor_ms: float | None = None
+    binding_overhead_ms: float | None = None
     loaded: bool | None = None
     load: dict[str, Any] = field(default_factory=dict)
     unstable_why: str | None = None
@@ -129,12 +135,13 @@ class Latency:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "Latency":
-        known, extra = _split(cls, dict(data or {}))
+        data = {LATENCY_FIELDS.get(k, k): v for k, v in (data or {}).items()}
+        known, extra = _split(cls, data)
         return cls(**known, extra=extra)
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         # Flat fields: no deep copy (``asdict`` would walk each of up to 1,000 samples).
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {LATENCY_KEYS.get(f.name, f.name): getattr(self, f.name) for f in fields(self)}
         out = {k: (list(v) if k in ("samples", "processes", "modes") else v) for k, v in out.items()
                if k != "extra" and v is not None and (k != "samples" or (samples and v))
                and (k not in ("load", "processes", "modes") or v)}
@@ -152,12 +159,31 @@ class Latency:
 
 
 # Who a failing cell is reported to (``Blame.party``) and the repository of each.
-PARTIES = ("exporter", "runtime-optimizer", "runtime-kernel", "runtime-precision", "model-code", "unknown")
+PARTIES = ("exporter", "runtime-optimizer", "runtime-kernel", "runtime-precision", "model-code", "unknown",
+           "pipeline-step")   # a post-export step's library (harness.core.steps names its repository)
 EXPORTER_REPOSITORIES = {"torchscript": "pytorch/pytorch", "dynamo": "pytorch/pytorch",
                          "optimum": "huggingface/optimum"}
 RUNTIME_REPOSITORIES = {"ort": "microsoft/onnxruntime", "openvino": "openvinotoolkit/openvino",
                         "tensorrt": "NVIDIA/TensorRT"}
 SPEC_REPOSITORY = "onnx/onnx"
+ONNXSCRIPT_REPOSITORY = "microsoft/onnxscript"
+MODEL_OWNER = "model owner"   # a layer's repository when the fix is in the model's own code
+
+# The layers of the stack a failure is blamed on (``Blame.layer``) and who owns each; the runtime
+# layers are named "runtime: <runtime>" and owned by ``runtime_repository``.
+LAYERS = {
+    "model code": MODEL_OWNER,
+    "capture: torch.export": "pytorch/pytorch",
+    "capture: jit.trace": "pytorch/pytorch",
+    "translation: torch": "pytorch/pytorch",
+    "translation: onnxscript": ONNXSCRIPT_REPOSITORY,
+    "optimizer: onnxscript": ONNXSCRIPT_REPOSITORY,
+    "version converter: onnx": SPEC_REPOSITORY,
+    "version converter: onnxscript": ONNXSCRIPT_REPOSITORY,
+    "exporter: optimum": "huggingface/optimum",
+    "undetermined": None,
+}
+KINDS = ("bug", "documented limitation", "undetermined")
 
 
 def runtime_repository(runtime: str) -> str | None:
@@ -171,7 +197,14 @@ class Blame:
     it to (None for the model's own code), why, and the evidence: the rungs of the ladder, each
     ``{rung, outcome, detail, seconds}`` (outcome: agrees, differs, fails, no-reference,
     unavailable). ``source`` is the model's source line torch or the scan names; ``divergence``
-    the first ONNX node whose value differs from torch's (``harness.worker.diagnose.divergence``)."""
+    the first ONNX node whose value differs from torch's (``harness.worker.diagnose.divergence``).
+
+    The layer of the stack that broke (``harness.worker.diagnose.layers``): ``layer`` (one of
+    ``LAYERS``), ``kind`` (``bug``, ``documented limitation`` or ``undetermined``), ``docs`` (the
+    documentation a limitation is written in), ``experiments`` (what was tried to decide it, each
+    ``{experiment, outcome, detail, seconds}``) and ``remedies`` (changes seen to make this cell's
+    case work: from the cell's own experiments and, after the run, from the matrix's other cells).
+    Records written before layers existed have none of them and read the same."""
 
     party: str
     reason: str
@@ -180,6 +213,11 @@ class Blame:
     source: str | None = None
     divergence: dict[str, Any] | None = None
     seconds: float | None = None
+    layer: str | None = None
+    kind: str | None = None
+    docs: list[str] = field(default_factory=list)
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+    remedies: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -194,6 +232,23 @@ class Blame:
 
     def rung(self, name: str) -> dict[str, Any] | None:
         return next((r for r in self.evidence if r.get("rung") == name), None)
+
+    def hint(self) -> str | None:
+        """The cell's hint, from the blame alone (one source of truth): the layer, its kind and
+        whose it is, then the remedies seen to work, else 'nothing tried works' and the
+        documentation. None for a blame without a layer (records before layers existed)."""
+        if not self.layer:
+            return None
+        whose = self.repository or ("the model's owner" if self.layer == "model code" else "undetermined")
+        head = f"{self.layer} ({self.kind or 'bug'}; {whose})"
+        if self.remedies:
+            tail = "works with " + "; or ".join(self.remedies[:3])
+        else:
+            tried = ", ".join(e.get("experiment", "?") for e in self.experiments
+                              if e.get("outcome") not in ("read", "not run")) or "no other export"
+            tail = f"nothing tried works (tried: {tried})"
+        docs = f"; see {self.docs[0]}" if self.docs else ""
+        return f"{head}: {tail}{docs}"
 
 
 class GraphFacts(TypedDict, total=False):
@@ -273,6 +328,11 @@ class Record:
     # name → why: a blame ladder that broke, a bundle that could not be written, runtime releases
     # that could not be tried on its file. Empty (and not written) when every pass ran.
     passes_not_run: dict[str, str] = field(default_factory=dict)
+    # How the cell's file was made (harness.worker.capture_reuse): {"how": "reused-capture",
+    # "shared_by": groups, "capture_s": seconds} from a capture shared by the opsets of one case,
+    # release and options, or {"how": "per-opset", "reason": why not}. None (not written): a
+    # record made before capture reuse, or one that never exported.
+    export_made: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -313,6 +373,8 @@ class Record:
             out["blame"] = self.blame.to_dict()
         if not self.passes_not_run:
             del out["passes_not_run"]   # and so are those whose passes all ran
+        if self.export_made is None:
+            del out["export_made"]
         return out
 
     def pass_not_run(self, name: str, reason: str) -> None:
@@ -393,7 +455,7 @@ _OPTIONAL = {
     "cache_key": _OPT_STR, "cached_from": _OPT_STR,
     "opset_actual": _OPT_INT, "finished_at": _OPT_NUM, "wall_s": _OPT_NUM, "cpu_s": _OPT_NUM,
     "options": _OPT_OBJ, "parity": _OPT_OBJ, "latency_ms": _OPT_OBJ, "versions": _OPT_OBJ,
-    "duration_s": _OPT_OBJ, "graph": _OPT_OBJ, "blame": _OPT_OBJ,
+    "duration_s": _OPT_OBJ, "graph": _OPT_OBJ, "blame": _OPT_OBJ, "export_made": _OPT_OBJ,
     "case_files": (lambda v: v is None or (isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, str) for k, x in v.items())), "an object of strings"),
     "notes": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
@@ -607,3 +669,13 @@ def count_by_status(records: Iterable[Record]) -> dict[str, int]:
     for rec in records:
         counts[rec.status.value] += 1
     return counts
+
+
+def layer_change(base: Record | None, cand: Record | None) -> str | None:
+    """'blamed layer moved: A (repo) → B (repo)' when both sides failed with a blamed layer and
+    the layers differ; None otherwise (records before layers existed say nothing)."""
+    sides = [r.blame if r is not None and r.status.is_failure else None for r in (base, cand)]
+    if any(b is None or not b.layer for b in sides) or sides[0].layer == sides[1].layer:
+        return None
+    text = [f"{b.layer} ({b.repository or MODEL_OWNER})" for b in sides]
+    return f"blamed layer moved: {text[0]} → {text[1]}"

@@ -58,6 +58,9 @@ class Stage(str, enum.Enum):
     REFERENCE = "reference"
     EXPORT = "export"
     CHECK = "check"
+    # A step of the cell's post-export pipeline (harness.worker.steps); the record's graph fact
+    # ``pipeline`` names which one.
+    STEP = "step"
     LOAD = "load"
     RUN = "run"
     PARITY = "parity"

@@ -28,6 +28,7 @@ AB_TIMER_MODULE = "harness.worker.runtime_only.ab_timer"            # interleave
 REDUCE_MODULE = "harness.worker.diagnose.reduce"                    # the reduction's driver and check
 ONNX_REFERENCE_MODULE = "harness.worker.diagnose.blame"             # blame's capped reference rung
 BENCH_LATENCY_MODULE = "harness.worker.bench_latency"               # the bench's timings in an environment
+CAPTURE_PROOF_MODULE = "harness.worker.capture_proof"               # capture reuse's files, both ways
 CONTAINER_MODULE = "harness.envs.docker.container"                  # the runner's side of a container
 # Run by its own interpreter as ``python -I -c <text>`` (it imports nothing of the harness): the
 # file under harness/, and the prefix of its one answer line.
@@ -40,6 +41,7 @@ TOKEN_ENV = "HARNESS_WORKER_TOKEN"         # marks every process of one worker, 
 RELAY_ENV = "HARNESS_LOG_RELAY"            # stdout/stderr are the runner's log relay (its nonce)
 LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"      # cap of each log (head and tail kept)
 FORK_ENV = "HARNESS_WORKER_FORK"           # "0": every group in the worker itself (the bench)
+CAPTURE_REUSE_ENV = "HARNESS_CAPTURE_REUSE"  # "0": every opset captures on its own (proof, bench)
 REFERENCE_CAP_ENV = "HARNESS_BLAME_REFERENCE_S"   # seconds the blame's reference rung may take
 
 # -- the spool: <run_dir>/spool/<gid>/ holds a group's exported file between phases -------------------

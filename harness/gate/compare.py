@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from harness.core.cell import CellKey
 from harness.core.files import differing_case_files
-from harness.core.record import Record
+from harness.core.record import Record, layer_change
 from harness.core.status import Stage, Status
 from harness.gate.deploy import deploy_failure, deploy_unchecked, floor_raised
 from harness.gate.sources import Side
@@ -29,7 +29,7 @@ from harness.gate.stats import (
     discount_load,
     mann_whitney_u,
 )
-from harness.report.drift import GraphDrift, cell_drift
+from harness.report.drift import GraphDrift, cell_drift, fusions
 from harness.run.annotate import Annotator
 from harness.store.provenance import same_code
 
@@ -41,6 +41,7 @@ class Verdict(str, enum.Enum):
     NEW_FAILURE = "new failure"
     FAILS_EARLIER = "fails earlier"         # failed before too, now at an earlier stage
     PARITY_DRIFT = "parity drift"
+    FUSION_LOST = "fusion lost"             # a pipeline step fuses fewer operators than before
     INTERFACE_CHANGE = "interface change"   # only with --block-on io
     SLOWER = "slower"
     FIXED = "fixed"
@@ -55,12 +56,13 @@ class Verdict(str, enum.Enum):
     @property
     def blocking(self) -> bool:
         return self in (Verdict.NEW_FAILURE, Verdict.FAILS_EARLIER, Verdict.PARITY_DRIFT,
-                        Verdict.INTERFACE_CHANGE, Verdict.SLOWER)
+                        Verdict.FUSION_LOST, Verdict.INTERFACE_CHANGE, Verdict.SLOWER)
 
     @property
     def mark(self) -> str:
         """asv compare's change column: ! failed, + worse, - better, x not comparable."""
         return {Verdict.NEW_FAILURE: "!", Verdict.FAILS_EARLIER: "!", Verdict.PARITY_DRIFT: "+", Verdict.SLOWER: "+",
+                Verdict.FUSION_LOST: "+",
                 Verdict.INTERFACE_CHANGE: "+",
                 Verdict.FIXED: "-", Verdict.FASTER: "-", Verdict.NOT_COMPARABLE: "x",
                 Verdict.XPASS: "?", Verdict.CANNOT_TELL: "~"}.get(self, " ")
@@ -97,6 +99,12 @@ class CellComparison:
     def name(self) -> str:
         return self.key.name
 
+    @property
+    def layer_change(self) -> str | None:
+        """A failure that moved between layers of the stack from baseline to candidate ('the
+        optimizer → the translation' is news even where the verdict is 'still failing')."""
+        return layer_change(self.base, self.cand)
+
     def to_dict(self) -> dict[str, Any]:
         k, lat = self.key, self.latency
         return {
@@ -115,7 +123,9 @@ class CellComparison:
             **({"attribution": self.attribution} if self.attribution else {}),
             **({"drift": self.drift.to_dict()} if self.drift is not None else {}),
             **({"blame": self.cand.blame.to_dict()} if self.cand is not None and self.cand.blame else {}),
+            **({"layer_change": self.layer_change} if self.layer_change else {}),
         }
+
 
 
 def _side_dict(rec: Record | None) -> dict[str, Any] | None:
@@ -203,6 +213,14 @@ def compare_parity(base: Record, cand: Record, factor: float) -> str | None:
     return None
 
 
+def compare_fusions(base: Record, cand: Record) -> str | None:
+    """Why the candidate's pipeline fuses fewer operators than the baseline's (the model then
+    runs, unfused and slower, with no error anywhere), or None."""
+    b, c = fusions(base.graph), fusions(cand.graph)
+    lost = [f"{k} {n} → {c.get(k, 0)}" for k, n in sorted(b.items()) if c.get(k, 0) < n]
+    return f"fewer fused operators: {', '.join(lost)}" if lost else None
+
+
 def compare_timing(base: Record, cand: Record, settings: Settings) -> LatencyChange | None:
     """Recorded medians and intervals where both records have them; else the samples (records
     written before intervals were recorded)."""
@@ -248,6 +266,8 @@ def compare_cell(key: CellKey, base: Record | None, cand: Record | None, setting
         return CellComparison(key, Verdict.NEW_FAILURE, base, cand, opset[1])
     drift = compare_parity(base, cand, settings.parity_factor)
     lat = compare_timing(base, cand, settings)
+    if lost := compare_fusions(base, cand):
+        return CellComparison(key, Verdict.FUSION_LOST, base, cand, lost, lat)
     if drift:
         return CellComparison(key, Verdict.PARITY_DRIFT, base, cand, drift, lat)
     if lat is not None and lat.significant:
@@ -283,7 +303,7 @@ def compare_sides(base: Side, cand: Side, annotate: Annotator, settings: Setting
 
 # Verdicts of cells whose file worked on the matrix's own runtime release on the candidate side.
 _CANDIDATE_PASSED = (Verdict.UNCHANGED, Verdict.FASTER, Verdict.FIXED, Verdict.SLOWER,
-                     Verdict.PARITY_DRIFT, Verdict.XPASS)
+                     Verdict.PARITY_DRIFT, Verdict.FUSION_LOST, Verdict.XPASS)
 
 
 def block_on_deploy(cell: CellComparison, deploy: Mapping[str, str] | None = None) -> None:

@@ -23,9 +23,8 @@ from harness.matrix.deps import Pins, find_files, public, read_pins, working_tre
 from harness.matrix.pins import decode, platform
 from harness.matrix.rules import ConfigError
 
-# Companion packages that are torch-entry keys of the matrix file; the others become extras.
-PIN_KEYS = COMPANIONS
-# Runtime packages: their version is the runtime's, not the torch entry's (kept as information).
+# Companion packages (``COMPANIONS``) are torch-entry keys of the matrix file; the others become
+# extras. Runtime packages: their version is the runtime's, not the torch entry's (kept as information).
 RUNTIME_PACKAGES = ("onnxruntime", "onnxruntime-gpu", "openvino")
 
 
@@ -100,7 +99,7 @@ def _torch_entry(pins: Pins, existing: dict[str, Any] | None) -> dict[str, Any]:
     extras = [e for e in entry.get("extras", []) if not any(
         e.replace("_", "-").lower().startswith(n) for n in pins.companions())]
     for name, version in sorted(pins.companions().items()):
-        if name in PIN_KEYS:
+        if name in COMPANIONS:
             entry[name] = public(version)
         elif name not in RUNTIME_PACKAGES:
             extras.append(f"{name}=={public(version)}")

@@ -69,7 +69,7 @@ def side_matrices(matrix: Matrix, refs: dict[str, str], config: Path) -> dict[st
 def run_env_gate(req) -> int:
     """``req``: a ``GateRequest`` whose baseline and candidate are the two environments; 0 no
     regression, 1 regression, ConfigError (2) when the gate cannot compare."""
-    from harness.gate.main import check_settings, gate_folder, judge
+    from harness.gate.driver import check_settings, gate_folder, judge
     from harness.gate.sources import complete_side, plan_version_side
     from harness.matrix.config import load_matrix
     from harness.store.provenance import fingerprint

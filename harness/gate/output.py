@@ -25,7 +25,7 @@ _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff
 # Sections in the order a reviewer needs them; unchanged cells are only counted.
 SECTIONS = [
     (Verdict.NEW_FAILURE, "New failures"), (Verdict.FAILS_EARLIER, "Failing at an earlier stage"),
-    (Verdict.PARITY_DRIFT, "Parity drift"),
+    (Verdict.PARITY_DRIFT, "Parity drift"), (Verdict.FUSION_LOST, "Fusions lost (pipeline steps)"),
     (Verdict.INTERFACE_CHANGE, "Input/output changes (`--block-on io`)"),
     (Verdict.SLOWER, "Slower"), (Verdict.CANNOT_TELL, "Latency cannot be told (not blocking)"),
     (Verdict.FIXED, "Fixed"), (Verdict.FASTER, "Faster"),
@@ -86,7 +86,19 @@ def blame_text(c: CellComparison) -> str | None:
     if blame is None:
         return None
     repo = f" ({blame.repository})" if blame.repository else ""
-    return f"blame: {blame.party}{repo}: {blame.reason}"
+    layer = f" · {blame.layer}, {blame.kind}" if blame.layer else ""
+    moved = f"; {c.layer_change}" if c.layer_change else ""
+    return f"blame: {blame.party}{repo}{layer}: {blame.reason}{moved}"
+
+
+def fixed_text(c: CellComparison, candidate: str) -> str | None:
+    """A fixed cell whose baseline failure had a blamed layer: 'fixed in onnxscript 0.7.2: the
+    baseline's failure was translation: onnxscript (microsoft/onnxscript)' (the remedy a
+    companion bump was seen to be)."""
+    blame = c.base.blame if c.base is not None and c.base.status.is_failure else None
+    if c.verdict is not Verdict.FIXED or blame is None or not blame.layer:
+        return None
+    return f"fixed in {candidate}: the baseline's failure was {blame.layer} ({blame.repository or 'model owner'})"
 
 
 def _cell(text: str, limit: int = 140) -> str:
@@ -161,6 +173,8 @@ def render_markdown(base: Side, cand: Side, cells: list[CellComparison], setting
             blame = blame_text(c)
             if blame:
                 detail += f"; {blame}"
+            elif (fixed := fixed_text(c, cand.title)):
+                detail += f"; {fixed}"
             before = _state(c.base, c.latency.base_median if c.latency else None)
             after = _state(c.cand, c.latency.cand_median if c.latency else None)
             lines.append(f"| {c.verdict.mark or ' '} | {_cell(c.name)} | {_cell(before)} | "

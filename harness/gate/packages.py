@@ -25,9 +25,6 @@ from harness.matrix.config import COMPANIONS, Matrix, TorchSpec
 from harness.matrix.rules import ConfigError
 from harness.runtimes import RUNTIMES
 
-# Companions a torch entry pins by a field of its own.
-PINNED_FIELDS = COMPANIONS
-
 
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -69,8 +66,8 @@ def check_bump(matrix: Matrix, bump: PackageBump, config: Path) -> TorchSpec:
                           f"{spec.where} is an existing environment, used as it is; expected a torch release "
                           "(or compare two existing environments: gate --baseline-env A --candidate-env B)")
     extras = {_norm(Requirement(e).name) for e in spec.extras}
-    if name not in PINNED_FIELDS and name not in extras:
-        installs = sorted({*PINNED_FIELDS, *extras})
+    if name not in COMPANIONS and name not in extras:
+        installs = sorted({*COMPANIONS, *extras})
         raise ConfigError(f"--package {bump.package}: {config} does not install it (expected one of "
                           f"{installs}; add it to 'extras' of the torch entry)")
     return spec
@@ -79,7 +76,7 @@ def check_bump(matrix: Matrix, bump: PackageBump, config: Path) -> TorchSpec:
 def with_package(matrix: Matrix, spec: TorchSpec, bump: PackageBump, version: str) -> Matrix:
     """The matrix with the package pinned to ``version`` on its one torch entry."""
     name = _norm(bump.package)
-    if name in PINNED_FIELDS:
+    if name in COMPANIONS:
         pinned = spec.model_copy(update={name: version})
     else:
         extras = [e for e in spec.extras if _norm(Requirement(e).name) != name]
@@ -89,7 +86,7 @@ def with_package(matrix: Matrix, spec: TorchSpec, bump: PackageBump, version: st
 
 def run_package_gate(req, bump: PackageBump) -> int:
     """The gate with ``bump.package`` moving and everything else held; 0 / 1 / 2 as run_gate."""
-    from harness.gate.main import check_settings, gate_folder, judge
+    from harness.gate.driver import check_settings, gate_folder, judge
     from harness.gate.sources import complete_side, plan_version_side
     from harness.matrix.config import load_matrix
     from harness.store.provenance import fingerprint

@@ -137,7 +137,7 @@ def run_cells(matrix: Matrix, config_path: Path, plan: Plan, output: Path | None
     """Run a (pruned) plan through the normal executor, then record the code that produced it;
     ``keep_spool``: keep the exported files (``RunRequest.keep_spool``)."""
     from harness.run.context import RunRequest
-    from harness.workflow import run_plan
+    from harness.run_workflow import run_plan
 
     run_dir = run_plan(RunRequest(matrix, config_path, plan, reports, output, provider, keep_spool=keep_spool))
     write_json_atomic(Path(run_dir) / FINGERPRINT_FILE, current)

@@ -12,9 +12,6 @@ from typing import Callable
 from harness.matrix.config import COMPANIONS, Matrix
 from harness.matrix.environments import env_spec_for
 
-# Companions a torch entry pins by a field of its own (what can be swapped back).
-SWAPPABLE = COMPANIONS
-
 
 def env_pins(matrix: Matrix, version: str) -> dict[str, str]:
     """Package → pinned version of the environment a torch release gets from this matrix."""
@@ -33,7 +30,7 @@ def which_change(matrix: Matrix, older: str, newer: str, verdicts: dict[str, str
     environments differ in torch only. ``verdict_with(matrix, label)``: the cell's verdict on the
     matrix's one torch entry (``label`` names that variant for the run cache and messages)."""
     a, b = env_pins(matrix, older), env_pins(matrix, newer)
-    changed = [n for n in SWAPPABLE if a.get(n) and a.get(n) != b.get(n)]
+    changed = [n for n in COMPANIONS if a.get(n) and a.get(n) != b.get(n)]
     if not changed:
         return None
     before = verdicts[older]

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from pydantic import (
 
 from harness.core.cell import AXES, DIM_POLICIES, EXPORTERS, PRECISIONS, CaseRef
 from harness.core.job import LatencyProtocol
+from harness.matrix.names import name_problem
 from harness.matrix.rules import ConfigError
 from harness.probes import GROUPS, PROBES
 from harness.runtimes import RUNTIMES
@@ -176,7 +176,9 @@ IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9
 # The packages a torch entry pins by a field of its own (``TorchSpec.numpy`` ...): the one list of
 # torch's companions (what the gate can swap back, what a dependency file pins beside torch, what
 # an image installs); tests/matrix/test_config.py checks each is a field.
-COMPANIONS = ("numpy", "onnx", "onnxscript", "protobuf")
+# onnxslim and onnxsim are libraries of pipeline steps (harness.core.steps), installed where a
+# pipeline uses them or a torch entry pins them.
+COMPANIONS = ("numpy", "onnx", "onnxscript", "protobuf", "onnxslim", "onnxsim")
 _PINS = (*COMPANIONS, "extras")
 
 
@@ -193,6 +195,8 @@ class TorchSpec(_Strict):
     onnx: Pin | None = None
     onnxscript: Pin | None = None
     protobuf: Pin | None = None
+    onnxslim: Pin | None = None
+    onnxsim: Pin | None = None
     extras: list[Annotated[str, AfterValidator(_check_requirement)]] = Field(default_factory=list)
     # What a probe found in an existing environment (harness.envs.existing): an ExistingEnv.
     _found: Any = PrivateAttr(default=None)
@@ -309,36 +313,6 @@ Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 RuntimeVersion = Annotated[str, AfterValidator(_runtime_release)]
 
 
-# A case's name becomes part of cell ids, file names, logs and every report: at most this many
-# characters, printable ones only (see docs/robustness.md).
-NAME_MAX_CHARS = 100
-# Characters that reorder the text shown around them (bidi embeddings, overrides, isolates,
-# marks): a name holding one can show as another name.
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a case (None when it can)."""
-    if len(name) > NAME_MAX_CHARS:
-        return f"expected a name of at most {NAME_MAX_CHARS} characters (this one has {len(name)})"
-    if not name:
-        return "expected a name of at least 1 character"
-    if not name.strip():
-        return "expected a name with a visible character"
-    if name != name.strip():
-        return "expected a name without leading or trailing white space"
-    for ch in name:
-        code = ord(ch)
-        if ch == "\x00":
-            return "expected a name without NUL characters"
-        if ch in _BIDI:
-            return f"expected a name without bidirectional control characters (U+{code:04X})"
-        kind = unicodedata.category(ch)
-        if kind in ("Cc", "Zl", "Zp"):
-            return f"expected a name without control characters (U+{code:04X})"
-        if kind in ("Cf", "Cs", "Co", "Cn"):
-            return f"expected a name of printable characters (U+{code:04X} is not one)"
-    return None
 
 
 def _check_name(v: str) -> str:
@@ -355,6 +329,9 @@ class CaseEntry(_Strict):
     # Files the case reads that it does not import (weights, configs, vocabularies): paths or
     # globs relative to the matrix file; part of the case's identity for the cache and the gate.
     data_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    # How the case's pipelines that end in fp16 or int8 are judged, over the defaults
+    # (harness.core.steps.JUDGES; docs/pipelines.md): {int8: {cosine: 0.98, top1: 0.8}}.
+    tolerances: dict[Literal["fp16", "int8"], "PipelineTolerance"] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _label_is_a_name(self) -> "CaseEntry":
@@ -369,6 +346,16 @@ class CaseEntry(_Strict):
             return self.name
         ref = CaseRef.try_parse(self.target)
         return ref.function if ref else self.target
+
+
+class PipelineTolerance(_Strict):
+    atol: Tolerance | None = None
+    rtol: Tolerance | None = None
+    cosine: float | None = Field(None, ge=-1, le=1)
+    top1: float | None = Field(None, ge=0, le=1)
+
+
+CaseEntry.model_rebuild()
 
 
 class XfailEntry(_Strict):
@@ -395,6 +382,9 @@ class IncludeEntry(_Strict):
     dynamic: bool | None = None
     precision: Literal[PRECISIONS] | None = None
     dim_policy: Literal[DIM_POLICIES] | None = None
+    pipeline: str | None = None
+    optimize: bool | None = None
+    external_data: bool | None = None
 
     @model_serializer(mode="wrap")
     def _set_axes_only(self, handler: Any) -> dict[str, Any]:
@@ -412,6 +402,10 @@ class OptionsAxes(_Strict):
     precision: list[Literal[PRECISIONS]] = Field(default_factory=lambda: ["fp32"], min_length=1)
     # null: how torch.onnx converts dynamic_axes on each release (Dim.DYNAMIC where it exists)
     dim_policy: list[Optional[Literal[DIM_POLICIES]]] = Field(default_factory=lambda: [None], min_length=1)
+    # The dynamo exporter's optimize= and external_data= (null: the release's default); the
+    # TorchScript exporter has neither, its cells keep null.
+    optimize: list[Optional[bool]] = Field(default_factory=lambda: [None], min_length=1)
+    external_data: list[Optional[bool]] = Field(default_factory=lambda: [None], min_length=1)
 
 
 IndexUrl = Annotated[str, AfterValidator(lambda v: _check_url(v, ("http", "https", "file")))]
@@ -432,6 +426,9 @@ class Matrix(_Strict):
     runtimes: list[RuntimeSpec] = Field(default_factory=lambda: [RuntimeSpec(name="ort-cpu")], min_length=1)
     cases: list[CaseEntry] = Field(min_length=1)
     options: OptionsAxes = Field(default_factory=OptionsAxes)
+    # Post-export pipelines, an axis like opset (harness.matrix.steps_config; docs/pipelines.md):
+    # name -> ordered steps, normalised to {"step": name, "args": {...}}. 'raw': the file as exported.
+    pipelines: dict[str, list[Any]] = Field(default_factory=lambda: {"raw": []})
     include: list[IncludeEntry] = Field(default_factory=list)
     exclude: list[Rule] = Field(default_factory=list)
     xfail: list[XfailEntry] = Field(default_factory=list)
@@ -570,6 +567,20 @@ class Matrix(_Strict):
                     raise _KeyError(f"include[{i}].case", f"its function names the case: {why}")
         return self
 
+
+    @model_validator(mode="after")
+    def _pipelines(self) -> "Matrix":
+        from harness.matrix.steps_config import StepConfigError, check_pipelines
+
+        try:
+            self.pipelines = check_pipelines(self.pipelines)
+        except StepConfigError as exc:
+            raise _KeyError(exc.key, str(exc)) from None
+        for i, inc in enumerate(self.include):
+            if inc.pipeline is not None and inc.pipeline not in self.pipelines:
+                raise _KeyError(f"include[{i}].pipeline", f"expected a pipeline of this matrix "
+                                f"{sorted(self.pipelines)} (got {inc.pipeline!r})")
+        return self
 
     @model_validator(mode="after")
     def _runtime_axes(self) -> "Matrix":
@@ -986,7 +997,9 @@ def _missing_function(file: Path, name: str, parsed: "dict[Path, Any] | None" = 
 _LATER_DEFAULTS = {("cell_memory_mb",): None, ("log_max_mb",): LOG_MAX_MB,
                    ("options", "dim_policy"): [None], ("reduce",): False, ("reduce_timeout_s",): 120.0,
                    ("determinism",): False, ("runtime_versions",): {}, ("runtime_floor",): {},
-                   ("deploy",): {}, ("latency", "confirm"): True, ("latency", "confirm_processes"): 4}
+                   ("deploy",): {}, ("latency", "confirm"): True, ("latency", "confirm_processes"): 4,
+                   ("options", "optimize"): [None], ("options", "external_data"): [None],
+                   ("pipelines",): {"raw": []}}
 # Keys that only say how a run is scheduled, never what it finds: never part of the hash, so a
 # run resumes with another `jobs`.
 _SCHEDULING_KEYS = ("jobs",)
@@ -997,11 +1010,13 @@ def matrix_hash(matrix: Matrix) -> str:
     for key in _SCHEDULING_KEYS:
         data.pop(key, None)
     for entry in data.get("torch", []):
-        if entry.get("image") is None:
-            entry.pop("image", None)   # added later: counts only when set
+        for later in ("image", "onnxslim", "onnxsim"):
+            if entry.get(later) is None:
+                entry.pop(later, None)   # added later: counts only when set
     for case in data.get("cases", []):
-        if not case.get("data_files"):
-            case.pop("data_files", None)   # added later: counts only when set
+        for later in ("data_files", "tolerances"):
+            if not case.get(later):
+                case.pop(later, None)   # added later: counts only when set
     for path, default in _LATER_DEFAULTS.items():
         *parents, last = path
         node = data

@@ -28,8 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from harness.matrix.pins import (  # noqa: F401 - COMPANIONS, Pins and public are read from here
-    COMPANIONS,
+from harness.matrix.pins import (
     Pin,
     Pins,
     applies,

@@ -49,10 +49,10 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
         members = [rt]
     if torch_spec.existing:
         return existing_spec(torch_spec.found, rt, members)
+    from harness.matrix.config import COMPANIONS
+
     pins = {**companion_pins(torch_spec.version),
-            **{k: v for k, v in (("numpy", torch_spec.numpy), ("onnx", torch_spec.onnx),
-                                 ("onnxscript", torch_spec.onnxscript),
-                                 ("protobuf", torch_spec.protobuf)) if v}}
+            **{k: getattr(torch_spec, k) for k in COMPANIONS if getattr(torch_spec, k)}}
     packages = [f"torch=={torch_spec.version}"] + [_req(k, v) for k, v in sorted(pins.items())]
     runtime_options = {}
     for r in members:
@@ -65,6 +65,7 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
         else:
             packages.append(f"{ri.package}=={r.version or ri.default_version}")
         packages.extend(ri.extra_packages)
+    packages.extend(step_packages(matrix, packages, torch_spec.extras))
     packages.extend(torch_spec.extras)
     packages = list(dict.fromkeys(packages))
     install = matrix.install
@@ -81,6 +82,31 @@ def env_spec_for(torch_spec: "TorchSpec", rt: "RuntimeSpec", matrix: "Matrix") -
     suffix = "" if rt.version is None else f"-{rt.name}{rt.version}"
     spec.name = f"torch{torch_spec.version}-{info.family}{suffix}-{spec.spec_hash[:8]}"
     return spec
+
+
+def step_packages(matrix: "Matrix", packages: list[str], extras: list[str]) -> list[str]:
+    """The libraries of the matrix's pipeline steps this environment does not hold yet, at their
+    default pins (``STEP_PINS``; an ``extras`` requirement of the same package wins). The ORT
+    steps need onnxruntime: an environment without any build of it gets the CPU one. Nothing for
+    a matrix without pipelines: its environments stay the ones they were."""
+    from harness.core.steps import STEP_PINS, STEPS
+
+    used = {STEPS[s["step"]].package for steps in matrix.pipelines.values() for s in steps if s["step"] in STEPS}
+    have = {_name(p) for p in [*packages, *extras]}
+    out = []
+    for package in sorted(used):
+        if package == "onnxruntime":
+            if not any(h.startswith("onnxruntime") for h in have):
+                out.append(f"onnxruntime=={runtime_info('ort-cpu').default_version}")
+        elif package not in have and package in STEP_PINS:
+            out.append(f"{package}=={STEP_PINS[package]}")
+    return out
+
+
+def _name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[<>=!~\[; @]", requirement, maxsplit=1)[0].strip().lower().replace("_", "-")
 
 
 def existing_spec(found: ExistingEnv, rt: "RuntimeSpec", members: list["RuntimeSpec"]) -> EnvSpec:

@@ -28,8 +28,9 @@ from packaging.version import InvalidVersion, Version
 from harness.matrix.rules import ConfigError
 
 # What a torch bump usually moves with it; each is carried into the gate's matrix when pinned.
-COMPANIONS = ("torchvision", "torchaudio", "numpy", "onnx", "onnxscript", "protobuf", "transformers",
-              "timm", "optimum", "optimum-onnx", "onnxruntime", "onnxruntime-gpu", "openvino")
+# (A wider list than matrix.config.COMPANIONS, the companions a torch entry pins by a field.)
+MOVES_WITH_TORCH = ("torchvision", "torchaudio", "numpy", "onnx", "onnxscript", "protobuf", "transformers",
+                    "timm", "optimum", "optimum-onnx", "onnxruntime", "onnxruntime-gpu", "openvino")
 # Packages whose pin must be read whatever form it takes: a URL with no release in it is refused.
 REQUIRED = ("torch",)
 
@@ -66,7 +67,7 @@ class Pins:
         return self.versions.get("torch")
 
     def companions(self) -> dict[str, str]:
-        return {k: v for k, v in self.versions.items() if k in COMPANIONS}
+        return {k: v for k, v in self.versions.items() if k in MOVES_WITH_TORCH}
 
 
 def public(version: str) -> str:

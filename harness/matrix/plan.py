@@ -15,6 +15,7 @@ from harness.core.text import bounded_name
 from harness.matrix.config import CaseEntry, Matrix, RuntimeSpec, TorchSpec, gc_paused
 from harness.matrix.environments import env_spec_for
 from harness.matrix.rules import matches
+from harness.matrix.steps_config import judge_for
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Cell:
     atol: float | None = None
     rtol: float | None = None
     data_files: tuple[str, ...] = ()
+    steps: tuple[dict[str, Any], ...] = field(default=(), compare=False)   # the pipeline's steps (options.pipeline names it)
+    judge: dict[str, Any] | None = field(default=None, compare=False)
 
     @functools.cached_property
     def cell_id(self) -> str:
@@ -62,6 +65,7 @@ class EnvPlan:
                 gid=bounded_name(f"{self.env.name}-{c.key.case}-{c.key.exporter}-op{c.key.opset}-{digest}", "_.-"),
                 case=c.key.case, case_ref=c.case_ref, exporter=c.key.exporter, opset=c.key.opset,
                 options=c.key.options, atol=c.atol, rtol=c.rtol, data_files=c.data_files,
+                steps=c.steps, judge=c.judge,
                 cells=tuple(CellJob(m.cell_id, m.key.runtime, m.runtime_name,
                                     self.env.runtime_options.get(m.key.runtime, {}))
                             for m in members)))
@@ -73,7 +77,9 @@ def _legacy_group_key(c: Cell) -> tuple:
     # options added later join it only when set.
     o = c.key.options
     key = (c.key.case, c.key.exporter, c.key.opset, o.constant_folding, o.dynamic, o.precision)
-    return key + ((o.dim_policy,) if o.dim_policy is not None else ())
+    key += (o.dim_policy,) if o.dim_policy is not None else ()
+    later = {k: v for k, v in o.to_dict().items() if k in ("pipeline", "optimize", "external_data")}
+    return key + ((tuple(sorted(later.items())),) if later else ())
 
 
 @dataclass
@@ -99,14 +105,15 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
     opts = matrix.options
     product = itertools.product(matrix.torch, matrix.exporters, matrix.opsets, matrix.runtimes,
                                 matrix.cases, opts.constant_folding, opts.dynamic, opts.precision,
-                                opts.dim_policy)
+                                opts.dim_policy, opts.optimize, opts.external_data, matrix.pipelines)
     combos = [dict(torch=t, exporter=e, opset=o, runtime=r, case=c, constant_folding=f,
-                   dynamic=d, precision=p, dim_policy=dp)
-              for t, e, o, r, c, f, d, p, dp in product]
+                   dynamic=d, precision=p, dim_policy=dp, optimize=op, external_data=ed, pipeline=pl)
+              for t, e, o, r, c, f, d, p, dp, op, ed, pl in product]
     for inc in matrix.include:
         base = {"torch": matrix.torch[0].version, "exporter": matrix.exporters[0],
                 "opset": matrix.opsets[0], "runtime": matrix.runtimes[0].label,
-                "case": matrix.cases[0].label, **ExportOptions().to_dict(), **inc.axes}
+                "case": matrix.cases[0].label, **ExportOptions().to_dict(),
+                "pipeline": next(iter(matrix.pipelines)), **inc.axes}
         torch_spec = torch_by_version.get(str(base["torch"])) or matrix.torch_entry(str(base["torch"]))
         rt = rt_by_label.get(str(base["runtime"])) or RuntimeSpec(name=str(base["runtime"]))
         case = case_by_label.get(str(base["case"])) or CaseEntry(target=str(base["case"]))
@@ -118,11 +125,18 @@ def _cells(matrix: Matrix) -> list[tuple[TorchSpec, RuntimeSpec, Cell]]:
             continue  # folding is a TorchScript-exporter option; dynamo has no switch for it
         # TorchScript keeps dynamic_axes and a static export marks no dim: the policy is moot there.
         policy = c.get("dim_policy") if c["exporter"] == "dynamo" and c["dynamic"] else None
+        # optimize= and external_data= are the dynamo exporter's switches: null for the others.
+        dynamo = c["exporter"] == "dynamo"
         options = ExportOptions(dynamic=bool(c["dynamic"]), constant_folding=bool(c["constant_folding"]),
-                                precision=str(c["precision"]), dim_policy=policy or None)
+                                precision=str(c["precision"]), dim_policy=policy or None,
+                                pipeline=str(c["pipeline"]), optimize=c.get("optimize") if dynamo else None,
+                                external_data=c.get("external_data") if dynamo else None)
         key = CellKey(case.label, c["exporter"], int(c["opset"]), r.label, options)
+        steps = matrix.pipelines[options.pipeline]
+        overrides = {k: v.model_dump() for k, v in case.tolerances.items()}
         cell = Cell(key=key, torch=t.version, runtime_name=r.name, case_ref=case.target,
-                    atol=case.atol, rtol=case.rtol, data_files=tuple(case.data_files))
+                    atol=case.atol, rtol=case.rtol, data_files=tuple(case.data_files),
+                    steps=tuple(steps), judge=judge_for(steps, overrides))
         if cell.cell_id in seen:
             continue
         if any(matches(rule, cell.axes) for rule in matrix.exclude):

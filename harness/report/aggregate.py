@@ -23,8 +23,9 @@ PASSED = [s.value for s in Status if s.passed]
 FAILED = [s.value for s in Status if s.is_failure] + [Status.XFAIL.value]
 # The matrix's own failures: no verdict on the model, counted apart from failures and attempts.
 OWN_ERRORS = [s.value for s in Status if s.is_own_error]
-# Latencies this small are mostly the runtime binding's own per-call cost: shown with its floor.
-FLOOR_SHOWN_BELOW_MS = 0.1
+# Latencies this small are mostly the runtime binding's own per-call cost: shown with that
+# binding overhead (the report's words, kept from schema v1: "(floor …)").
+OVERHEAD_SHOWN_BELOW_MS = 0.1
 
 
 def records_frame(records: Iterable[Record]) -> pd.DataFrame:
@@ -35,19 +36,21 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
             "runtime": r.runtime, "options": r.key.options.label, "status": r.status.value,
             "stage": r.stage, "error": r.error, "signature": r.signature, "hint": r.hint,
             "opset_actual": r.opset_actual, "latency": r.latency_ms.median,
-            "floor": r.latency_ms.floor_ms, "loaded": bool(r.latency_ms.loaded),
+            "binding_overhead": r.latency_ms.binding_overhead_ms, "loaded": bool(r.latency_ms.loaded),
             "bimodal": bool(r.latency_ms.bimodal),
             "max_abs": r.parity.max_abs, "reason": r.reason, "cell_id": r.cell_id,
             "bundle": r.bundle, "repro": r.repro,
             "party": r.blame.party if r.blame else None,
             "repository": r.blame.repository if r.blame else None,
             "blame_reason": r.blame.reason if r.blame else None,
+            "layer": (f"{r.blame.layer} ({r.blame.kind})" if r.blame.kind else r.blame.layer)
+            if r.blame and r.blame.layer else None,
             "releases": floor_badge(r),   # runtime floor / failing deployed release (report.floors)
         })
     columns = ["case", "torch", "exporter", "opset", "runtime", "options", "status", "stage", "error",
-               "signature", "hint", "opset_actual", "latency", "floor", "loaded", "bimodal", "max_abs", "reason",
+               "signature", "hint", "opset_actual", "latency", "binding_overhead", "loaded", "bimodal", "max_abs", "reason",
                "cell_id",
-               "bundle", "repro", "party", "repository", "blame_reason", "releases"]
+               "bundle", "repro", "party", "repository", "blame_reason", "layer", "releases"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -65,8 +68,9 @@ def blame_groups(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Failing cells grouped by the party blamed (records without blame are left out)."""
     bad = df[df["status"].isin(FAILED) & df["party"].notna()]
     out = []
-    for (party, repo), grp in bad.groupby(["party", bad["repository"].fillna("")], sort=False):
-        out.append({"party": party, "repository": repo or None, "cells": len(grp),
+    for (party, repo, layer), grp in bad.groupby(["party", bad["repository"].fillna(""), bad["layer"].fillna("")],
+                                                 sort=False):
+        out.append({"party": party, "repository": repo or None, "layer": layer or None, "cells": len(grp),
                     "reason": grp.iloc[0]["blame_reason"], "cell_ids": sorted(grp["cell_id"]),
                     "idx": [int(i) for i in grp["idx"]] if "idx" in grp else []})
     return sorted(out, key=lambda g: (-g["cells"], g["party"]))
@@ -76,13 +80,13 @@ LOADED_MARK = "†"
 BIMODAL_MARK = "‡"
 
 
-def latency_text(latency: float, floor: Any, loaded: Any = False, bimodal: Any = False) -> str:
-    """'0.012 ms', or '0.012 ms (floor 0.009)' below FLOOR_SHOWN_BELOW_MS where a floor was
-    recorded; marked † when it was measured on a loaded machine, ‡ when fresh processes timed it
+def latency_text(latency: float, overhead: Any, loaded: Any = False, bimodal: Any = False) -> str:
+    """'0.012 ms', or '0.012 ms (floor 0.009)' below OVERHEAD_SHOWN_BELOW_MS where a binding
+    overhead was recorded; marked † when it was measured on a loaded machine, ‡ when fresh processes timed it
     in two modes (the figure is the median of their medians; the details give both modes)."""
     text = f"{latency:.3g} ms"
-    if floor is not None and pd.notna(floor) and latency < FLOOR_SHOWN_BELOW_MS:
-        text += f" (floor {floor:.2g})"
+    if overhead is not None and pd.notna(overhead) and latency < OVERHEAD_SHOWN_BELOW_MS:
+        text += f" (floor {overhead:.2g})"
     if loaded is True:
         text += f" {LOADED_MARK}"
     if bimodal is True:
@@ -108,12 +112,12 @@ def load_note(records: list[Record], meta: RunMeta | None = None) -> str:
             f"their figures may be several times too high, and the gate does not call them slower.")
 
 
-def floor_note(df: pd.DataFrame) -> str:
-    """The legend's explanation of the floor and of ‡, each only for runs that have one."""
+def latency_legend(df: pd.DataFrame) -> str:
+    """The legend's explanation of the binding overhead and of ‡, each only for runs that have one."""
     out = ""
-    if "floor" in df and df["floor"].notna().any():
+    if "binding_overhead" in df and df["binding_overhead"].notna().any():
         out += (f" · (floor …): the runtime binding's own per-call median on an identity model, shown "
-                f"below {FLOOR_SHOWN_BELOW_MS:g} ms")
+                f"below {OVERHEAD_SHOWN_BELOW_MS:g} ms")
     if "bimodal" in df and df["bimodal"].any():
         out += (f" · {BIMODAL_MARK}: fresh processes timed it in two modes (the median of their medians; "
                 "both modes in the cell's details)")

@@ -51,6 +51,8 @@ class GraphDrift:
     names: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # 'inputs' → (before, after)
     dims: list[tuple[str, Any, Any]] = field(default_factory=list)     # (tensor, shape before, after)
     dtypes: list[tuple[str, Any, Any]] = field(default_factory=list)
+    # operators a pipeline step fused ('ort-fusion: Attention' → (before, after)), where they differ
+    fusions: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def io_changed(self) -> bool:
@@ -60,7 +62,7 @@ class GraphDrift:
     @property
     def changed(self) -> bool:
         return bool(self.ops_added or self.ops_removed or self.ops_count or self.nodes or self.opset
-                     or self.bytes or self.io_changed or self.dtypes or self.capture)
+                     or self.bytes or self.io_changed or self.dtypes or self.capture or self.fusions)
 
     def parts(self) -> list[str]:
         """One short phrase per kind of change, in a fixed order."""
@@ -84,6 +86,8 @@ class GraphDrift:
             out.append(f"{name} dims {show_shape(a)} → {show_shape(b)}")
         for name, a, b in self.dtypes:
             out.append(f"{name} dtype {a} → {b}")
+        if self.fusions:
+            out.append("fused " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in self.fusions.items()))
         return out
 
     def summary(self) -> str:
@@ -100,6 +104,7 @@ class GraphDrift:
                 "names": {k: [a, b] for k, (a, b) in self.names.items()},
                 "dims": [[n, a, b] for n, a, b in self.dims],
                 "dtypes": [[n, a, b] for n, a, b in self.dtypes], "parts": self.parts(),
+                **({"fusions": {k: list(v) for k, v in self.fusions.items()}} if self.fusions else {}),
                 "summary": self.summary()}
 
 
@@ -147,7 +152,20 @@ def graph_drift(before: "GraphFacts | None", after: "GraphFacts | None",
                 d.dims.append((a["name"], a.get("shape"), b.get("shape")))
             if a.get("dtype") != b.get("dtype"):
                 d.dtypes.append((a["name"], a.get("dtype"), b.get("dtype")))
+    a_fused, b_fused = fusions(before), fusions(after)
+    d.fusions = {k: (a_fused.get(k, 0), b_fused.get(k, 0)) for k in sorted({*a_fused, *b_fused})
+                 if a_fused.get(k, 0) != b_fused.get(k, 0)}
     return d
+
+
+def fusions(graph: "GraphFacts | None") -> dict[str, int]:
+    """Operators a record's pipeline steps fused, by step and operator ('ort-fusion: Attention')."""
+    out: dict[str, int] = {}
+    for entry in ((graph or {}).get("pipeline") or {}).get("steps") or []:
+        for op, n in (entry.get("fused") or {}).items():
+            key = f"{entry.get('step')}: {op}"
+            out[key] = out.get(key, 0) + int(n or 0)
+    return out
 
 
 def export_key(rec: Record) -> tuple:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.cell import CellKey
-from harness.core.record import Record, count_by_status
+from harness.core.record import Record, count_by_status, layer_change
 from harness.core.status import Status
 from harness.core.text import ENCODE_ERRORS
 from harness.store.nights import Night, NightScan, scan_nights
@@ -163,6 +163,7 @@ class Change:
     stage: str | None
     error: str | None
     versions: list[str]
+    layer: str | None = None    # the blamed layer moved (both nights failing): 'blamed layer moved: A → B'
 
 
 def changes(history: History, old_i: int, new_i: int) -> list[Change]:
@@ -171,11 +172,12 @@ def changes(history: History, old_i: int, new_i: int) -> list[Change]:
     out = []
     for key, rec in new.items():
         prev = old.get(key)
-        if prev is None or prev.status == rec.status:
+        moved = layer_change(prev, rec) if prev is not None else None
+        if prev is None or prev.status == rec.status and moved is None:
             continue
         out.append(Change(rec.cell_id, key[0], key[1], prev.status.value, rec.status.value, rec.stage,
                           _short_error(rec.error),
-                          version_changes(history.nights[old_i], history.nights[new_i], prev, rec)))
+                          version_changes(history.nights[old_i], history.nights[new_i], prev, rec), moved))
     return sorted(out, key=lambda c: (not Status(c.after).is_failure, c.key.as_tuple(), c.torch))
 
 
@@ -265,7 +267,7 @@ def _key_dict(torch: str, key: CellKey) -> dict[str, Any]:
 
 def _change_dict(c: Change) -> dict[str, Any]:
     return {"cell_id": c.cell_id, **_key_dict(c.torch, c.key), "before": c.before, "after": c.after,
-            "stage": c.stage, "error": c.error, "versions": c.versions}
+            "stage": c.stage, "error": c.error, "versions": c.versions, **({"layer": c.layer} if c.layer else {})}
 
 
 def page_data(history: History, fresh: Freshness) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from harness.report.aggregate import (
     FAILED,
     OWN_ERRORS,
     blame_groups,
-    floor_note,
     history,
+    latency_legend,
     latency_text,
     load_note,
     previous_run,
@@ -46,6 +46,7 @@ from harness.report.floors import floor_rows
 from harness.report.markdown import OWN_ERROR_TEXT, render_markdown
 from harness.report.overview import overview_context
 from harness.report.passes import html_rows as passes_rows
+from harness.report.pipelines import pipeline_names, pipeline_of, step_rows
 from harness.store.runs import (
     cell_log_path,
     list_runs,
@@ -166,7 +167,7 @@ def cell_details(run_dir: Path, rec: Record, extra: dict[str, Any] | None = None
 def html_cell_text(row: pd.Series) -> str:
     releases = f" · {row['releases']}" if row.get("releases") else ""   # report.floors
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        return latency_text(row["latency"], row.get("floor"), row.get("loaded"), row.get("bimodal")) + releases
+        return latency_text(row["latency"], row.get("binding_overhead"), row.get("loaded"), row.get("bimodal")) + releases
     stage = row["stage"] if isinstance(row["stage"], str) and row["status"] != Status.PASS else ""
     return row["status"] + (f" · {stage}" if stage else "") + releases
 
@@ -189,6 +190,7 @@ def matrix_rows(df: pd.DataFrame, torches: list[str]) -> list[dict[str, Any]]:
                 "op_actual": _declared_opset(r), "severity": SEVERITY.get(r["status"], 9),
                 "party": _or_none(r["party"])})
         rows.append({"case": key[0], "exporter": key[1], "opset": int(key[2]), "options": key[3],
+                     "pipeline": pipeline_of(key[3]),
                      "runtime": key[4], "cells": cells,
                      "skip_only": all(c is None or c["status"] == Status.SKIP for c in cells)})
     return rows
@@ -246,7 +248,7 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
     css = _asset("report.css") + (Markup(ERROR_CSS) if not own.empty else Markup(""))
     return render_page(
         "run.html.j2", meta=meta, run_id=meta.run_id, counts={k: v for k, v in count_by_status(records).items() if v},
-        legend={**LEGEND, **(ERROR_LEGEND if not own.empty else {})}, floor_note=floor_note(df), torches=torches,
+        legend={**LEGEND, **(ERROR_LEGEND if not own.empty else {})}, latency_legend=latency_legend(df), torches=torches,
         rows=matrix_rows(df, torches), axes=AXES,
         overview=overview_context(df),
         axis_values={a: sorted(map(str, df[a].unique())) if a != "torch" else torches for a in AXES},
@@ -265,7 +267,8 @@ def render_run_html(run_dir: Path, records: list[Record], meta: RunMeta,
         details_js=_asset("details.js") if diagnosis.wants_details_script(records, extras) else None,
         started=_when(meta.started), index_href=index_href, index_label=index_label,
         load_note=load_note(records, meta), advice=advice_rows(records), passes_not_made=passes_rows(records),
-        css=css, js=_asset("matrix.js"))
+        pipeline_steps=step_rows(records), pipelines=pipeline_names(records),
+        pipelines_js=_asset("pipelines.js") if pipeline_names(records) else None, css=css, js=_asset("matrix.js"))
 
 
 def render_index_html(reports: Path, run_href: Any) -> str:

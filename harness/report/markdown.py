@@ -15,7 +15,7 @@ from harness.report.aggregate import (
     FAILED,
     OWN_ERRORS,
     blame_groups,
-    floor_note,
+    latency_legend,
     latency_text,
     load_note,
     records_frame,
@@ -29,6 +29,7 @@ from harness.report.diagnosis import markdown_sections
 from harness.report.floors import markdown_section as floors_section
 from harness.report.overview import ROW, overview_markdown, skip_only_rows
 from harness.report.passes import markdown_section as passes_section
+from harness.report.pipelines import markdown_section as pipelines_section
 from harness.report.text import md_code, md_text
 
 S = Status
@@ -46,7 +47,7 @@ def cell_text(row: pd.Series) -> str:
     if row["status"] in FAILED + OWN_ERRORS and row["stage"]:
         text += f" {md_text(row['stage'])}"
     if row["status"] == Status.PASS and pd.notna(row["latency"]):
-        text += " " + latency_text(row["latency"], row.get("floor"), row.get("loaded"), row.get("bimodal"))
+        text += " " + latency_text(row["latency"], row.get("binding_overhead"), row.get("loaded"), row.get("bimodal"))
     actual = row["opset_actual"]
     if pd.notna(actual) and int(actual) != int(row["opset"]):
         text += f" `op{int(actual)}`"
@@ -122,7 +123,11 @@ def blame_section(df: pd.DataFrame) -> str:
     rows = [[md_text(g["party"]), md_text(g["repository"] or "the model's own code" if g["party"] == "model-code"
                                          else g["repository"] or "–"),
              g["cells"], _short(g["reason"], 160), _short(", ".join(g["cell_ids"]), 200)] for g in groups]
-    table = tabulate(rows, headers=["party", "report to", "cells", "why (first cell)", "cell ids"], tablefmt="github")
+    headers = ["party", "report to", "cells", "why (first cell)", "cell ids"]
+    if any(g.get("layer") for g in groups):   # runs blamed by layer (harness.worker.diagnose.layers)
+        rows = [row + [md_text(g.get("layer") or "–")] for row, g in zip(rows, groups)]
+        headers.append("layer")
+    table = tabulate(rows, headers=headers, tablefmt="github")
     return ("## Failures by blamed party\n\nWho a failing cell is reported to, from the blame ladder (the ONNX "
             "reference evaluator, ONNX Runtime with optimisations off and on, the cell's runtime; see each "
             f"cell's `blame`). Each bundle holds `repro.py` and `ISSUE.md`.\n\n{table}\n\n")
@@ -214,8 +219,8 @@ def render_markdown(records: list[Record], meta: RunMeta | None = None,
     folded = "Rows skipped on every torch are left out (see the overview's skip lines).\n\n" \
         if skip_only_rows(df).any() else ""
     legend = LEGEND + (ERROR_LEGEND if df["status"].isin(OWN_ERRORS).any() else "")
-    return (head + f"{overview_markdown(df)}Legend: {legend}{floor_note(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"
-            f"{architectures_markdown(df)}{advice_markdown(records)}{own_errors_section(df)}"
+    return (head + f"{overview_markdown(df)}Legend: {legend}{latency_legend(df)}\n\n## Matrix\n\n{folded}{matrix_tables(df)}\n\n"
+            f"{architectures_markdown(df)}{pipelines_section(records)}{advice_markdown(records)}{own_errors_section(df)}"
             f"## Failures by signature\n\n{failures_table(df)}\n\n{blame_section(df)}"
             f"{bumps_section(df)}{markdown_sections(records)}{floors_section(records)}{changes_section(df, previous)}"
             + (f"\nPlots: {links}\n" if links else ""))

@@ -142,8 +142,26 @@ class Annotator:
                 rec.reason = f"listed as known failure but passes: {known.reason} ({known.link})"
         rec.signature = signature(rec)
         if rec.error:
-            rec.hint = fact_hint(rec) or hint_for(rec, self.hints)
+            rec.hint = self.hint(rec)
         return rec
+
+    def hint(self, rec: Record) -> str | None:
+        """The cell's hint: its blame's (the layer, whose, the remedies seen to work or "nothing
+        tried works"; ``harness.run.post.remedies`` adds the matrix's own after the run), then the
+        advice its facts or a known pattern give, said as not tried; records without a layer
+        keep the advice alone, as before."""
+        layered = rec.blame.hint() if rec.blame is not None and rec.status.is_failure else None
+        if not layered:
+            return fact_hint(rec) or hint_for(rec, self.hints)
+        blame = rec.blame
+        # The export log's facts speak of the model's code: advice only where the blame is the
+        # model's. A documented limitation of the model or a runtime has its documentation as
+        # advice, not a pattern's generic "a runtime bug" / "a size turned into a constant".
+        advice = fact_hint(rec) if blame.party == "model-code" else None
+        if advice is None and not (blame.kind == "documented limitation"
+                                   and (blame.party == "model-code" or blame.party.startswith("runtime"))):
+            advice = hint_for(rec, self.hints)
+        return f"{layered}. Advice (not tried here): {advice}" if advice else layered
 
 
 def fact_hint(rec: Record) -> str | None:

@@ -1,9 +1,9 @@
 """The run core's two values: what to run (``RunRequest``) and the run under way (``RunContext``).
 
-A ``RunRequest`` is what the matrix command, the gate and bisect hand to ``harness.workflow``:
+A ``RunRequest`` is what the matrix command, the gate and bisect hand to ``harness.run_workflow``:
 the plan, where its run goes and how it runs, with the run.json entries known before it starts
 (a shard's identity), so that nothing reopens a finished run. A ``RunContext`` is what the
-scheduler, the supervisors and the recorder share once the run directory is held: the worker's
+scheduler, the supervisors and the results writer share once the run directory is held: the worker's
 job, the provider, the limits, the run's metadata and the stop signal, instead of the same ten
 values passed down each call.
 """

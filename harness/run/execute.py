@@ -2,9 +2,9 @@
 
 The protocol of a run, each job in its module: the run directory's lifecycle
 (``harness.store.rundir``), signal handling (``signals``), the scheduler (``scheduler``: parallel
-verdicts, then the latency phase; the cell cache), the recorder (``recorder``) and the progress
+verdicts, then the latency phase; the cell cache), the results writer (``results_writer``) and the progress
 output (``progress``). Rendering the reports of the finished run is the workflow's
-(``harness.workflow``).
+(``harness.run_workflow``).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from harness.run.annotate import Annotator
 from harness.run.context import FRESH_ALL, FRESH_MODES, Limits, RunContext, RunRequest
 from harness.run.post.runtime_floors import RuntimeAxes, annotate_run
 from harness.run.progress import RunProgress
-from harness.run.recorder import Recorder
+from harness.run.results_writer import ResultsWriter
 from harness.run.scheduler import Scheduler, plan_needs
 from harness.run.signals import RunInterrupted, interruptible
 from harness.store.cache import CellCache, KeyContext
@@ -104,16 +104,25 @@ def _execute(request: RunRequest, run: HeldRun, jobs: int) -> None:
                   f"{len(todo)} environments, {jobs} verdict worker(s) at once, latency timed alone after them"
                   + ("" if request.fresh == FRESH_ALL else "; unchanged cells from the store"))
     with RunProgress(total, request.verbose) as progress:
-        recorder = Recorder(run_dir / "results.jsonl", Annotator(matrix.xfail), progress,
+        writer = ResultsWriter(run_dir / "results.jsonl", Annotator(matrix.xfail), progress,
                             hold_passes=matrix.latency.enabled)
         cache = CellCache(request.reports, warn=_say) if request.fresh != FRESH_ALL else None
         keys = KeyContext.for_run(matrix, meta.fingerprint, getattr(ctx.provider, "name", "venv"))
-        Scheduler(ctx, recorder, cache, keys).run(todo)
+        Scheduler(ctx, writer, cache, keys).run(todo)
     # Runtime releases per file (harness.run.post.runtime_floors): the spooled files, in runtime-only envs.
     releases = annotate_run(run_dir, request.plan, RuntimeAxes.from_matrix(matrix), matrix.threads, log=_say,
                             install=matrix.install)
     if releases is not None:
         meta.extra["runtime_releases"] = dataclasses.asdict(releases)
+    # Remedies seen in the run's own cells, on each blamed failure, and its hint from the blame.
+    from harness.run.post.remedies import remedies_run
+
+    try:
+        remedies_run(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the verdicts stand; the run says the pass was not made
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        meta.extra["remedies_not_made"] = why
+        _say(f"remedies from the matrix's own cells not added: {why}")
     if not request.keep_spool:
         shutil.rmtree(run_dir / SPOOL_DIR, ignore_errors=True)
     if matrix.reduce:

@@ -19,8 +19,8 @@ from harness.matrix.plan import Cell, EnvPlan, Plan
 from harness.run.confirm import confirm
 from harness.run.context import FRESH_LATENCY, RunContext
 from harness.run.processes import end_child_processes
-from harness.run.recorder import Recorder
-from harness.run.records import environment_failure_records, planned_record, skip_records
+from harness.run.results_writer import ResultsWriter
+from harness.run.runner_records import environment_failure_records, planned_record, skip_records
 from harness.run.supervisor import Stopped, WorkerSupervisor
 from harness.run.workqueue import EnvWork
 from harness.store.cache import CellCache, KeyContext, adopt
@@ -53,8 +53,8 @@ class Scheduler:
     Containment is the supervisor's, per worker, in both phases; an interrupt stops every slot
     (``Stopped``: its worker killed, nothing recorded for it) and ends the run resumable."""
 
-    def __init__(self, ctx: RunContext, recorder: Recorder, cache: CellCache | None, keys: KeyContext) -> None:
-        self.ctx, self.recorder, self.cache, self.key_context = ctx, recorder, cache, keys
+    def __init__(self, ctx: RunContext, writer: ResultsWriter, cache: CellCache | None, keys: KeyContext) -> None:
+        self.ctx, self.writer, self.cache, self.key_context = ctx, writer, cache, keys
         self.provider, self.job, self.meta, self.stop = ctx.provider, ctx.job, ctx.meta, ctx.stop
         self.cond = threading.Condition()
         self.works: dict[str, EnvWork] = {}
@@ -62,7 +62,7 @@ class Scheduler:
         self.envs_settled = False
         self.errors: list[BaseException] = []
         self.latency_works: list[EnvWork] = []
-        recorder.died = lambda cid: any(cid in w.deaths for w in [*self.works.values(), *self.latency_works])
+        writer.died = lambda cid: any(cid in w.deaths for w in [*self.works.values(), *self.latency_works])
 
     # -- the whole run ------------------------------------------------------------------------
     def run(self, todo: list[tuple[EnvPlan, list[Cell]]]) -> None:
@@ -70,7 +70,7 @@ class Scheduler:
         skip_reason = {e.env.name: self.provider.skip_reason(e.env) for e, _ in todo}
         for env_plan, cells in todo:
             if why := skip_reason[env_plan.env.name]:
-                self.recorder.verdicts(skip_records(self.meta.run_id, env_plan, cells, why))
+                self.writer.verdicts(skip_records(self.meta.run_id, env_plan, cells, why))
         build = [(e, self._without_absent(e, c)) for e, c in todo if not skip_reason[e.env.name]]
         # Environments are prepared one after the other in a background thread: downloading and
         # installing the next torch (network and disk bound) overlaps the workers (CPU bound).
@@ -111,7 +111,7 @@ class Scheduler:
         pool.shutdown(wait=True)
         self.meta.extra["schedule"] = {
             "jobs": self.ctx.jobs, "verdict_phase_s": round(t1 - t0, 2), "latency_phase_s": round(t2 - t1, 2),
-            "cached": self.recorder.cached, "fresh": self.ctx.fresh or "no",
+            "cached": self.writer.cached, "fresh": self.ctx.fresh or "no",
         }
         self.ctx.write_meta()
 
@@ -122,7 +122,7 @@ class Scheduler:
         for label, why in absent.items():
             mine = [c for c in cells if c.key.runtime == label]
             if mine:
-                self.recorder.verdicts(skip_records(self.meta.run_id, env_plan, mine, why))
+                self.writer.verdicts(skip_records(self.meta.run_id, env_plan, mine, why))
         return [c for c in cells if c.key.runtime not in absent]
 
     def _raise_slot_error(self) -> None:
@@ -141,13 +141,13 @@ class Scheduler:
         except EnvironmentBuildError as exc:
             # Build logs hold brackets ("[/bin/sh -c ...]") that rich would read as markup.
             console.print(f"[red]environment {env.name} failed:[/] {escape(str(exc))}")
-            self.recorder.verdicts(environment_failure_records(self.meta.run_id, env_plan, cells, exc))
+            self.writer.verdicts(environment_failure_records(self.meta.run_id, env_plan, cells, exc))
             return
         with self.ctx.meta_lock:
             self.meta.environments[env.name] = marker.to_dict()
             self.ctx.write_meta()
         keys = {c.cell_id: self.key_context.key(c, env, marker) for c in cells}
-        self.recorder.keys.update(keys)
+        self.writer.keys.update(keys)
         hits = (self.cache.lookup({cid: k for cid, k in keys.items() if k}, self.job.base_dir)
                 if self.cache else {})
         if self.cache and self.cache.stale:
@@ -157,7 +157,7 @@ class Scheduler:
                           markup=False, highlight=False)
         if self.ctx.fresh == FRESH_LATENCY:   # passing cells run again, for a fresh timing
             hits = {cid: h for cid, h in hits.items() if h[0].status not in (Status.PASS, Status.XPASS)}
-        self.recorder.from_store([adopt(rec, source, self.meta.run_id, self.ctx.run_dir)
+        self.writer.from_store([adopt(rec, source, self.meta.run_id, self.ctx.run_dir)
                                   for rec, source in hits.values()])
         rest = [c for c in cells if c.cell_id not in hits]
         if hits:
@@ -177,7 +177,7 @@ class Scheduler:
             work.failed = exc
             groups = work.drain()
         cells = [c for c in work.env_plan.cells if c.cell_id in {x.cell_id for g in groups for x in g.cells}]
-        self.recorder.verdicts(environment_failure_records(self.meta.run_id, work.env_plan, cells, exc))
+        self.writer.verdicts(environment_failure_records(self.meta.run_id, work.env_plan, cells, exc))
 
     # -- verdict slots -------------------------------------------------------------------------
     def _next_work(self) -> EnvWork | None:
@@ -201,7 +201,7 @@ class Scheduler:
             while (work := self._next_work()) is not None:
                 env = work.env_plan.env
                 log = f"worker-{env.name}.log" if index == 1 else f"worker-{env.name}-{index}.log"
-                sup = WorkerSupervisor(self.ctx, work.env_plan, self.recorder.verdict,
+                sup = WorkerSupervisor(self.ctx, work.env_plan, self.writer.verdict,
                                        on_event=self._on_event, work=work, worker_log=log)
                 try:
                     sup.run_shared()
@@ -225,7 +225,7 @@ class Scheduler:
 
     def _on_event(self, event: WorkerEvent) -> None:
         if isinstance(event, CellStart):
-            self.recorder.progress.describe(event.cell_id)
+            self.writer.progress.describe(event.cell_id)
 
     # -- the latency phase ---------------------------------------------------------------------
     def _latency_phase(self, build: list[tuple[EnvPlan, list[Cell]]]) -> None:
@@ -233,22 +233,22 @@ class Scheduler:
         each figure checked in a second fresh worker before it is stored (``harness.run.confirm``)."""
         checks = {"checked": 0, "disagreed": 0, "unchecked": 0}
         for env_plan, cells in build:
-            held = {c.cell_id: c for c in cells if c.cell_id in self.recorder.held}
+            held = {c.cell_id: c for c in cells if c.cell_id in self.writer.held}
             if not held:
                 continue
             env = env_plan.env
-            self.recorder.progress.describe(f"{env.name}: latency")
+            self.writer.progress.describe(f"{env.name}: latency")
             timings, restarts = self._time(env_plan, list(held.values()), self.ctx)
 
             def again(ids: list[str], protocol: LatencyProtocol) -> dict[str, Record]:
-                self.recorder.progress.describe(f"{env.name}: latency check")
+                self.writer.progress.describe(f"{env.name}: latency check")
                 ctx = dataclasses.replace(self.ctx, job=self.ctx.job.replace(latency=protocol, bundles=False))
                 return self._time(env_plan, [held[i] for i in ids], ctx)[0]
 
             for key, n in confirm(timings, self.job.latency, again).items():
                 checks[key] += n
             for rec in timings.values():
-                self.recorder.timing(rec)
+                self.writer.timing(rec)
             with self.ctx.meta_lock:
                 if env.name in self.meta.environments:
                     self.meta.environments[env.name]["latency_worker_restarts"] = restarts

@@ -77,7 +77,7 @@ from harness.matrix.plan import Cell, EnvPlan
 from harness.run.context import RunContext
 from harness.run.logrelay import LogRelay
 from harness.run.processes import kill_session, reap, tree_cpu, tree_rss
-from harness.run.records import planned_record
+from harness.run.runner_records import planned_record
 from harness.run.timeouts import Death, Progress
 from harness.run.workqueue import EnvWork
 
@@ -103,11 +103,12 @@ class AttemptState:
     bye: bool = False
     groups_started: int = 0
     bundles: dict[str, list[Path]] = field(default_factory=dict)   # gid → bundle dirs
-    feed: Callable[[], ExportGroup | None] | None = None           # more groups on "want"
+    feed: Callable[[], list[ExportGroup]] | None = None     # more groups (a family) on "want"
     groups_w: int | None = None                                    # the pipe they go down
     relay: Any = None
     fresh: bool = False           # the worker forks a process per group and cleans up after it
     child: int | None = None      # the pid of the current group's process
+    family: int | None = None     # the pid of the family's process that forked it (capture reuse)
     stage: str | None = None      # the stage the group (or its current cell) is in
     progress: Any = None          # the timeout rule's clock (``Progress``)
 
@@ -161,13 +162,13 @@ class WorkerSupervisor:
         while True:
             if self.stop is not None and self.stop.is_set():
                 raise Stopped()
-            first = self.work.take()
-            if first is None:
+            first = self.work.take_family()
+            if not first:
                 return
-            groups = [first] if pull else [first, *self.work.take_all()]
+            groups = first if pull else [*first, *self.work.take_all()]
             self._state = None
             try:
-                done, handed = self._run_worker(groups, next(_WORKER_SEQ), feed=self.work.take if pull else None)
+                done, handed = self._run_worker(groups, next(_WORKER_SEQ), feed=self.work.take_family if pull else None)
             except Stopped:
                 raise
             except BaseException:
@@ -184,7 +185,7 @@ class WorkerSupervisor:
     # -- one worker process ---------------------------------------------------------------
 
     def _run_worker(self, groups: list[ExportGroup], attempt: int,
-                    feed: Callable[[], ExportGroup | None] | None = None) -> tuple[set[str], list[ExportGroup]]:
+                    feed: Callable[[], list[ExportGroup]] | None = None) -> tuple[set[str], list[ExportGroup]]:
         """One worker process on ``groups`` (and, with ``feed``, the groups it asks for): the
         cells it settled (recorded, or charged for its death) and every group it was given."""
         spec = self.env_plan.env
@@ -335,8 +336,12 @@ class WorkerSupervisor:
             state.pid, state.fresh = pid, event.fresh
         elif isinstance(event, GroupStart) and state.fresh and pid is not None and \
                 event.parent is not None and event.parent == state.pid:
-            state.child = pid         # a group's own process, forked by the worker
-        elif pid is not None and state.pid is not None and pid not in (state.pid, state.child):
+            state.child, state.family = pid, None   # a group's (or a family's) process, forked by the worker
+        elif isinstance(event, GroupStart) and state.fresh and pid is not None and \
+                event.parent is not None and event.parent in (state.child, state.family):
+            # a group's process forked by its family's process (a capture shared across opsets)
+            state.family, state.child = event.parent, pid
+        elif pid is not None and state.pid is not None and pid not in (state.pid, state.child, state.family):
             return None   # from a process a case forked: never counted
         if isinstance(event, GroupStart):
             group = state.groups.get(event.gid)
@@ -382,19 +387,19 @@ class WorkerSupervisor:
         """Answer a worker's ``want``: the environment's next group, or null (then no more)."""
         if state.groups_w is None:
             return
-        group = state.feed() if state.feed is not None else None
-        if group is not None:
+        family = state.feed() if state.feed is not None else None
+        for group in family or ():
             state.groups[group.gid] = group
             if state.relay is not None:
                 state.relay.known.add(group.gid)
-        line = (json.dumps(group.to_dict()) if group is not None else "null") + "\n"
+        line = (json.dumps([g.to_dict() for g in family]) if family else "null") + "\n"
         try:
             data = line.encode()
             while data:
                 data = data[os.write(state.groups_w, data):]
         except OSError:
             pass            # the worker is gone: its death is seen on the events pipe
-        if group is None:
+        if not family:
             with contextlib.suppress(OSError):
                 os.close(state.groups_w)
             state.groups_w = None
@@ -480,7 +485,7 @@ class WorkerSupervisor:
             self.on_record(rec)
 
 
-GROUP_STAGES = (Stage.REFERENCE.value, Stage.EXPORT.value, Stage.CHECK.value)
+GROUP_STAGES = (Stage.REFERENCE.value, Stage.EXPORT.value, Stage.CHECK.value, Stage.STEP.value)
 # Workers of one environment killed by a signal while starting (an OOM kill during `import
 # torch`), one after the other, before the environment counts as broken; fewer are retried.
 MAX_STARTUP_KILLS = 3

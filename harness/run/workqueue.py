@@ -43,6 +43,20 @@ class EnvWork:
         with self.lock:
             return self.queue.popleft() if self.queue and self.failed is None else None
 
+    def take_family(self) -> list[ExportGroup]:
+        """The next group and every queued group of its family (the same case, exporter and
+        options at other opsets: ``ExportGroup.capture_key``), which one worker runs from one
+        capture (``harness.worker.capture_reuse``); [] when none is left."""
+        with self.lock:
+            if not self.queue or self.failed is not None:
+                return []
+            first = self.queue.popleft()
+            key = first.capture_key()
+            family = [first, *(g for g in self.queue if g.capture_key() == key)]
+            if len(family) > 1:
+                self.queue = deque(g for g in self.queue if g.capture_key() != key)
+            return family
+
     def take_all(self) -> list[ExportGroup]:
         with self.lock:
             out, self.queue = (list(self.queue), deque()) if self.failed is None else ([], self.queue)

@@ -1,11 +1,15 @@
 """The adapter interface every runtime implements (prepare / activate / infer / deactivate).
 
 Public methods guard state and call ``*_impl``; vendor libraries are imported inside the
-implementations so that an environment without one runtime still runs the others.
+implementations so that an environment without one runtime still runs the others. An adapter is
+used only through its context manager (``with adapter:``, or ``ActiveAdapters`` where the block
+that loads is not the block that runs); ``LoadOptions`` are its loader's options.
 """
 from __future__ import annotations
 
 import abc
+import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,12 +33,39 @@ class RuntimeUnavailable(Exception):
     """The runtime cannot run here (package missing, no device, no driver): a skip, not a failure."""
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How the adapter's loader makes its session (Polygraphy's loader options; the runner is
+    built from the loader). The defaults are what a matrix cell runs; diagnosis varies them."""
+
+    graph_optimizations: bool = True     # False: the runtime's graph optimisations off
+    optimized_model: Path | None = None  # where the runtime writes the graph it optimised
+
+
+class ActiveAdapters(contextlib.ExitStack):
+    """Adapters entered through their context manager (``enter_context``) where one ``with`` cannot
+    hold the block: the stage that loads is not the stage that runs. On exit each is deactivated;
+    one whose deactivation fails is named on stdout (the cell's log), not raised: closing a
+    session says nothing of the file, and must not replace the outcome it closes on."""
+
+    def __exit__(self, *exc: Any) -> bool:
+        try:
+            return super().__exit__(*exc)
+        except Exception as error:  # noqa: BLE001 - see the docstring: a close is never a verdict
+            print(f"runtime adapter did not deactivate: {type(error).__name__}: {error}", flush=True)
+            return False
+
+
 class RuntimeAdapter(abc.ABC):
     name: str = "runner"
+    # The ``LoadOptions`` fields this runtime's loader honours; asking another is refused at
+    # activation (a session that ignored "optimisations off" would answer the wrong question).
+    load_options: frozenset[str] = frozenset()
 
     def __init__(self, model_path: Path, threads: int | None = None, precision: str = "fp32",
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, load: LoadOptions | None = None) -> None:
         self.model_path = Path(model_path)
+        self.load = load or LoadOptions()
         self.threads = threads
         self.precision = precision
         self.options = dict(options or {})
@@ -63,6 +94,9 @@ class RuntimeAdapter(abc.ABC):
         reason = self.unavailable_reason()
         if reason:
             raise RuntimeUnavailable(reason)
+        asked = {k for k, v in vars(self.load).items() if v != getattr(LoadOptions(), k)}
+        if asked - self.load_options:
+            raise RuntimeUnavailable(f"{self.name} has no loader option {', '.join(sorted(asked - self.load_options))}")
         self.activate_impl()
         self.is_active = True
         return self

@@ -6,11 +6,13 @@ import importlib.util
 import numpy as np
 
 from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
+from harness.runtimes.ort_session import SessionLoader
 
 
 class OrtCpuAdapter(RuntimeAdapter):
     name = "ort-cpu"
     providers = ["CPUExecutionProvider"]
+    load_options = frozenset({"graph_optimizations", "optimized_model"})
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -24,26 +26,21 @@ class OrtCpuAdapter(RuntimeAdapter):
 
         return onnxruntime.__version__
 
-    def session_options(self):
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-            opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        return opts
+    def loader(self) -> SessionLoader:
+        """The session this adapter runs, as its ``LoadOptions`` ask."""
+        return SessionLoader(self.model_path, tuple(self.providers), self.threads,
+                             graph_optimizations=self.load.graph_optimizations,
+                             optimized_model=self.load.optimized_model)
 
     def activate_impl(self) -> None:
-        import onnxruntime as ort
-
-        if self.precision != "fp32" and self.name == "ort-cpu":
+        # What the file itself computes in (an fp16 pipeline's file; harness.worker.steps): then the
+        # cell's precision is the graph's own, and the CPU provider runs it as it is.
+        own = getattr(self, "file_precision", None)
+        if self.precision != "fp32" and self.name == "ort-cpu" and own != self.precision:
             # The CPU provider computes in the graph's own types; claiming fp16/bf16 would be a lie.
             raise RuntimeUnavailable(f"ort-cpu runs the fp32 graph as is; precision {self.precision} "
                                      "is not applied by this runtime")
-        self.session = ort.InferenceSession(
-            str(self.model_path), self.session_options(), providers=self.providers
-        )
+        self.session = self.loader()()
         self.facts["providers"] = self.session.get_providers()
 
     def input_names_impl(self) -> list[str]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from harness.runtimes import gpu_unavailable_reason
 from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
+from harness.runtimes.ort_session import SessionLoader
 
 CUDA_EP = "CUDAExecutionProvider"
 
@@ -69,19 +70,12 @@ class OrtCudaAdapter(RuntimeAdapter):
         return {"device_id": int(self.options.get("device_id", 0)), **self.options.get("provider_options", {})}
 
     def activate_impl(self) -> None:
-        import onnxruntime as ort
-
         if self.precision != "fp32":
             raise RuntimeUnavailable(f"{self.name} runs the graph's own precision; {self.precision} "
                                      f"needs a {self.precision} ONNX file, which the exporters here do not write")
         preload_cuda_libraries()
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-        self.session = ort.InferenceSession(str(self.model_path), opts,
-                                            providers=[(self.provider, self.provider_options()),
-                                                       "CPUExecutionProvider"])
+        self.session = SessionLoader(self.model_path, ((self.provider, self.provider_options()), "CPUExecutionProvider"),
+                                     self.threads)()
         active = self.session.get_providers()
         self.facts["providers"] = active
         check_providers(active, self.provider)

@@ -2,7 +2,7 @@
 
 The worker drives one long-lived Node.js process (``node_host``); the model is loaded there from
 the file's path and tensors cross as raw bytes. A timed call is one ``session.run`` with feeds
-bound in Node, timed there with ``performance.now()``: the latency (and the call floor on the
+bound in Node, timed there with ``performance.now()``: the latency (and the binding overhead on the
 identity model) is the JavaScript API's, without the pipe to the worker. The npm package's
 version is the runtime's version (``{name: ort-node, version: "1.22.0"}``), installed from the
 lockfile the project keeps.
@@ -36,7 +36,7 @@ class OrtJsAdapter(RuntimeAdapter):
     name = "ort-node"
     backend = "node"
     npm_package = "onnxruntime-node"
-    # The npm version this process last activated: the floor's identity adapter (built without
+    # The npm version this process last activated: the binding overhead's identity adapter (built without
     # options) and ``version()`` (a class method) then speak of the cell's package version.
     _last_version: str | None = None
 

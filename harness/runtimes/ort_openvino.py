@@ -32,6 +32,7 @@ import numpy as np
 
 from harness.runtimes.base import RuntimeAdapter, RuntimeUnavailable
 from harness.runtimes.ort_cuda import check_providers
+from harness.runtimes.ort_session import SessionLoader
 
 OPENVINO_EP = "OpenVINOExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -131,16 +132,11 @@ class OrtOpenVinoAdapter(RuntimeAdapter):
         if self.precision not in PRECISIONS:
             raise RuntimeUnavailable(f"{self.name}: precision {self.precision} has no OpenVINO EP "
                                      f"precision option; expected one of {sorted(PRECISIONS)}")
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
         self._profile_dir = tempfile.mkdtemp(prefix="harness-ovep-profile-")
-        opts.enable_profiling = True
-        opts.profile_file_prefix = str(Path(self._profile_dir) / "profile")
         self._profiling = True
-        self.session = call_readably(ort.InferenceSession, str(self.model_path), opts,
-                                     [(self.provider, self.provider_options()), CPU_EP])
+        loader = SessionLoader(self.model_path, ((self.provider, self.provider_options()), CPU_EP), self.threads,
+                               profile_prefix=str(Path(self._profile_dir) / "profile"))
+        self.session = call_readably(loader)
         active = self.session.get_providers()
         self.facts.update({"providers": active, "provider_options": self.provider_options(),
                            "onnxruntime": ort.__version__})

@@ -135,6 +135,8 @@ class KeyContext:
             "latency": self.latency, "threads": self.threads,
             "host": {k: v for k, v in self.host.items() if env.needs_gpu or k != "gpu"},
             **({"releases": self.releases[cell.runtime_name]} if cell.runtime_name in self.releases else {}),
+            # a pipeline's steps with their arguments and its judge (raw cells keep their keys)
+            **({"steps": list(cell.steps), "judge": cell.judge} if cell.steps else {}),
         })
 
 

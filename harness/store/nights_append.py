@@ -48,7 +48,7 @@ def compact_record(rec: Record) -> dict[str, Any]:
     out["latency_ms"] = rec.latency_ms.to_dict(samples=False)
     out["parity"] = {k: v for k, v in rec.parity.to_dict().items() if k != "shapes"}
     if rec.blame is not None:
-        out["blame"] = {k: v for k, v in rec.blame.to_dict().items() if k in ("party", "reason", "repository")}
+        out["blame"] = {k: v for k, v in rec.blame.to_dict().items() if k in ("party", "reason", "repository", "layer", "kind")}
     return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
 

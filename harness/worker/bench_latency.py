@@ -52,7 +52,7 @@ def convnet(path: Path, size: int = 96) -> Path:
 
 
 def micro(path: Path) -> Path:
-    """y = relu(x @ W + b) on 16 values: microseconds, dominated by the binding's call floor."""
+    """y = relu(x @ W + b) on 16 values: microseconds, dominated by the binding's call overhead."""
     from onnx import TensorProto, helper, numpy_helper, save
 
     rng = np.random.default_rng(1)
@@ -123,7 +123,7 @@ def harness_latency(model: Path, runtime: str) -> dict[str, Any]:
     """What a matrix cell records: the runtime adapter's timed call under the default protocol."""
     from harness.core.job import LatencyProtocol
     from harness.runtimes import load_adapter
-    from harness.worker.latency import measure, runtime_floor
+    from harness.worker.latency import binding_overhead, measure
 
     adapter_cls = load_adapter(runtime)
     feeds = random_feeds(_input_shapes(model))
@@ -136,7 +136,7 @@ def harness_latency(model: Path, runtime: str) -> dict[str, Any]:
             "iterations": lat.iterations, "warmup_iterations": lat.warmup_iterations,
             "cv": lat.cv, "spread": lat.spread, "unstable": lat.unstable, "loaded": lat.loaded,
             "other_cpu": lat.load.get("other_cpu"),
-            "measure_s": round(took, 3), "floor_ms": runtime_floor(adapter_cls, protocol, THREADS)}
+            "measure_s": round(took, 3), "binding_overhead_ms": binding_overhead(adapter_cls, protocol, THREADS)}
 
 
 def bare_ort_latency(model: Path) -> dict[str, Any]:

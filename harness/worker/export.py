@@ -128,7 +128,8 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
                  dynamic: bool = True, constant_folding: bool = True,
                  outputs: list[str] | None = None,
                  dim_policy: str | None = None,
-                 log: Any = None) -> tuple[str | None, Any, dict[str, Any] | None]:
+                 log: Any = None, switches: dict[str, bool] | None = None,
+                 capture: Any = None) -> tuple[str | None, Any, dict[str, Any] | None]:
     """Export exactly as a user calling torch.onnx.export would, for the installed torch.
 
     Returns how dynamic dims were marked (recorded as ``options["dim_marking"]``; None when
@@ -137,6 +138,11 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
     validation). ``dim_policy`` (dynamo only) marks dims as a user would write them instead of as
     the release converts ``dynamic_axes``. ``log`` (an ``harness.worker.export_log.ExportLog``)
     listens to what torch says while a dynamo export runs; it changes nothing in the export.
+    ``switches``: the dynamo exporter's ``optimize`` / ``external_data`` where the cell sets them.
+    ``capture`` (dynamo; a ``harness.worker.capture_reuse.Capture``): the exported program torch's
+    capture made for this case, release and options in the family's process; the export goes on
+    from it (``torch.onnx.export(exported_program, ...)``) instead of capturing again, and from its
+    translation where that was made for a registry at this opset (``capture_reuse.continuing``).
     """
     import torch
 
@@ -155,15 +161,24 @@ def export_model(spec: CaseSpec, exporter: str, opset: int, path: Path,
         _export_dynamo_legacy(spec, path, dynamic=bool(dims))
         return ("dynamic_shapes=True" if dims else None), None, None
     args, kwargs, marking = export_arguments(spec, exporter, opset, dynamic, constant_folding, outputs,
-                                             dim_policy, supported)
+                                             dim_policy, supported, switches)
     call = _call_source(spec, args, kwargs)
     with (log.watching() if log is not None and exporter == "dynamo" else contextlib.nullcontext()):
-        result = torch.onnx.export(spec.model, args, str(path), **kwargs)
+        if capture is not None and exporter == "dynamo":
+            from harness.worker.capture_reuse import continuing, export_kwargs
+
+            with continuing(capture) as said:
+                result = torch.onnx.export(capture.program, (), str(path), **export_kwargs(kwargs))
+            capture.facts["translation"] = said.get("translation", "own")
+        else:
+            result = torch.onnx.export(spec.model, args, str(path), **kwargs)
     if exporter != "dynamo":
         return marking, None, call
     if not path.exists() and result is not None:  # very early dynamo=True releases
         result.save(str(path))
     strategy = capture_strategy(result)
+    if capture is not None and capture.strategy:   # torch names no strategy for a program it was given
+        strategy = CAPTURE_STRATEGY_NAMES.get(capture.strategy, capture.strategy)
     return marking, result, {**(call or {}), **({"capture_strategy": strategy} if strategy else {})}
 
 
@@ -180,8 +195,8 @@ def _call_source(spec: CaseSpec, args: tuple, kwargs: dict[str, Any]) -> dict[st
 
 def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = True,
                      constant_folding: bool = True, outputs: list[str] | None = None,
-                     dim_policy: str | None = None,
-                     supported: set[str] | None = None) -> tuple[tuple, dict[str, Any], str | None]:
+                     dim_policy: str | None = None, supported: set[str] | None = None,
+                     switches: dict[str, bool] | None = None) -> tuple[tuple, dict[str, Any], str | None]:
     """The ``args`` and keyword arguments of the ``torch.onnx.export`` call a cell makes (besides
     the model and the file), and how dynamic dims were marked (None when static): what the
     export does and what a failing cell's ``repro.py`` writes out."""
@@ -210,6 +225,10 @@ def export_arguments(spec: CaseSpec, exporter: str, opset: int, dynamic: bool = 
         kwargs["dynamic_shapes"] = dynamic_shapes(inputs, dims, marking, spec.model)
     if "verbose" in supported:
         kwargs["verbose"] = False
+    for name, value in (switches or {}).items():   # optimize=, external_data= (dynamo)
+        if name not in supported:
+            raise DimPolicyUnavailable(f"torch.onnx.export of this torch release has no {name}= argument")
+        kwargs[name] = value
     return args, {**call, **kwargs}, (marking if dims else None)
 
 
@@ -272,6 +291,15 @@ def check_model(path: Path) -> None:
     import onnx
 
     onnx.checker.check_model(str(path), full_check=True)
+
+
+def file_layout(path: Path) -> dict[str, Any]:
+    """The files an export wrote: one file, or the file and its external data, with their sizes."""
+    data = path.with_name(path.name + ".data")
+    files = {"model.onnx": path.stat().st_size}
+    if data.exists():
+        files["model.onnx.data"] = data.stat().st_size
+    return {"kind": "file + data" if data.exists() else "one file", "files": files}
 
 
 def graph_facts(path: Path) -> GraphFacts:

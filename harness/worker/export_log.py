@@ -45,6 +45,8 @@ _FIXED_TO = re.compile(r"^\s*(\w+) = (-?\d+)\s*$", re.MULTILINE)
 # "You marked L['past_key'].size()[2] as dynamic but your code specialized it to be a constant (3)"
 _MARKED = re.compile(r"marked (\S+?)\.size\(\)\[(\d+)\] as dynamic but your code specialized it to be a "
                      r"constant \((-?\d+)\)")
+# where torch says a guard was added: "(_ops.py:886 in decompose)", "(tests/cases/x.py:20 in forward)"
+_AT = re.compile(r"\(([^()\s]+\.py:\d+) in \w+\)")
 _SOURCE = re.compile(r"\[('?)([^\]']*)\1\]")
 
 
@@ -82,7 +84,8 @@ class ExportLog(logging.Handler):
             self.symbols[m.group(1)] = m.group(3)
         elif m := (_REPLACED.search(text) or _GUARD_EQ.search(text)):
             self.events.append({"symbol": m.group(1), "value": int(m.group(2)),
-                                "input": self.symbols.get(m.group(1)), "source": user_frame()})
+                                "input": self.symbols.get(m.group(1)), "source": user_frame(),
+                                "at": (a.group(1) if (a := _AT.search(text)) else None)})
         elif m := _IGNORED.search(text):
             self.ignored.append(m.group(1))
         if record.levelno >= logging.WARNING:

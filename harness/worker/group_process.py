@@ -318,8 +318,8 @@ def contained() -> Iterator[None]:
     try:
         yield
     except GroupDied as died:
-        if in_group_process():
-            os._exit(1)
+        # In the warm parent, or in a family's process whose group's process died
+        # (harness.worker.capture_reuse): each ends the way the process below it ended.
         mirror(died.status)
     except BaseException as exc:
         if not in_group_process():

@@ -5,7 +5,8 @@ and ends once the medians of the last ``warmup_windows`` windows agree within
 ``warmup_tolerance`` (and at least ``warmup_runs`` calls and ``warmup_s`` have passed), or at
 ``warmup_max_s``. Sampling then times one call at a time and stops when the distribution-free
 confidence interval of the median (order statistics, exact binomial ranks) lies within ±``rel_ci``
-of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged"), or at
+of the median after at least ``min_runs`` calls and ``min_time_s`` ("converged"; from
+``early_runs`` calls on where the stricter ``early_confidence`` interval already is), or at
 ``max_time_s`` ("time_cap") or ``max_runs`` ("max_runs").
 
 A timing is ``unstable`` when the robust spread of its calls (IQR / 1.349 / median, the CV a
@@ -37,8 +38,8 @@ from harness.core.timing import median_interval
 from harness.worker.machine_load import LoadProbe
 
 MAX_KEPT = 1000
-# Binding floors measured in this process, per (runtime, threads): one identity model each.
-_FLOORS: dict[tuple[str, int | None], float | None] = {}
+# Binding overheads measured in this process, per (runtime, threads): one identity model each.
+_OVERHEADS: dict[tuple[str, int | None], float | None] = {}
 
 
 def converged(ordered: Sequence[float], rel: float, confidence: float = 0.95) -> bool:
@@ -92,7 +93,7 @@ def take_samples(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[list
     self_timed = getattr(fn, "self_timed", False)
     samples: list[float] = []
     start = time.perf_counter()
-    next_check = p.min_runs
+    next_check = min(p.early_runs, p.min_runs)
     while True:
         t0 = time.perf_counter()
         reported = fn()
@@ -100,9 +101,14 @@ def take_samples(fn: Callable[[], Any], protocol: LatencyProtocol) -> tuple[list
         samples.append((reported if self_timed else t1 - t0) * 1e3)
         n = len(samples)
         if n >= next_check and t1 - start >= p.min_time_s:
-            if converged(sorted(samples), p.rel_ci, p.confidence):
+            # Before min_runs only the stricter interval may stop it: each early look is one
+            # more chance to stop on a sample that happens to look tight.
+            confidence = p.confidence if n >= p.min_runs else max(p.confidence, p.early_confidence)
+            if converged(sorted(samples), p.rel_ci, confidence):
                 return samples, "converged"
             next_check = n + max(1, n // 10)   # re-check as the sample grows by 10 %
+            if n < p.min_runs:
+                next_check = min(next_check, p.min_runs)
         if t1 - start >= p.max_time_s:
             return samples, "time_cap"
         if n >= p.max_runs:
@@ -167,17 +173,18 @@ def summarize(samples: Sequence[float], threads: int | None = None, unstable_spr
                    samples=bounded_sample(samples))
 
 
-def runtime_floor(adapter_cls: type, protocol: LatencyProtocol, threads: int | None) -> float | None:
-    """Median per-call time (ms) of the runtime's binding on an identity model, measured once per
-    process and runtime with the cell's protocol; None (and a log line) where it cannot run."""
+def binding_overhead(adapter_cls: type, protocol: LatencyProtocol, threads: int | None) -> float | None:
+    """The binding overhead: median per-call time (ms) of the runtime's binding on an identity
+    model, measured once per process and runtime with the cell's protocol; None (and a log line)
+    where it cannot run."""
     key = (adapter_cls.name, threads)
-    if key not in _FLOORS:
-        from harness.runtimes.floor import identity_call
+    if key not in _OVERHEADS:
+        from harness.runtimes.binding_overhead import identity_call
 
         try:
             with identity_call(adapter_cls, threads) as call:
-                _FLOORS[key] = measure(call, protocol, threads).median
-        except Exception as exc:  # noqa: BLE001 - the floor is context for a latency, never a verdict
-            print(f"binding floor of {adapter_cls.name} not measured: {type(exc).__name__}: {exc}", flush=True)
-            _FLOORS[key] = None
-    return _FLOORS[key]
+                _OVERHEADS[key] = measure(call, protocol, threads).median
+        except Exception as exc:  # noqa: BLE001 - the overhead is context for a latency, never a verdict
+            print(f"binding overhead of {adapter_cls.name} not measured: {type(exc).__name__}: {exc}", flush=True)
+            _OVERHEADS[key] = None
+    return _OVERHEADS[key]

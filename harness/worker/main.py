@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.core.events import Bye, CellStart, GroupStart, Hello, RecordDone, StageStart, Want
-from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job
+from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job, families
 from harness.core.status import Status
 from harness.core.wire import LOG_MAX_ENV, RELAY_ENV, RUNNER_PID_ENV, WORKER_MODULE, log_marker
+from harness.worker import capture_reuse, evidence, stages
 from harness.worker import group_process as fresh
-from harness.worker import stages
 from harness.worker.diagnose.blame import diagnose
 from harness.worker.diagnose.bundle import write_bundle
 from harness.worker.loaded import CaseFiles, expand_declared
@@ -169,24 +169,27 @@ def die_with_runner() -> None:
 
 
 class GroupFeed:
-    """More groups from the runner, one per ``want`` event, read from the groups pipe."""
+    """More groups from the runner, one family (a JSON list of groups; a lone group for a runner
+    that hands out one) per ``want`` event, read from the groups pipe."""
 
     def __init__(self, fd: int, emit: Callable[[dict[str, Any]], None]) -> None:
         self.stream = os.fdopen(fd, "r", encoding="utf-8")
         self.emit = emit
 
-    def __call__(self) -> ExportGroup | None:
+    def __call__(self) -> list[ExportGroup] | None:
         self.emit(Want().to_dict())
         line = self.stream.readline()
         leave_if_forked()
         data = json.loads(line) if line.strip() else None
-        return ExportGroup.from_dict(data) if isinstance(data, dict) else None
+        if isinstance(data, dict):
+            data = [data]
+        return [ExportGroup.from_dict(d) for d in data] if isinstance(data, list) and data else None
 
 
-def _groups(job: Job, feed: Callable[[], ExportGroup | None] | None) -> Iterator[ExportGroup]:
-    yield from job.groups
-    while feed is not None and (group := feed()) is not None:
-        yield group
+def _families(job: Job, feed: Callable[[], list[ExportGroup] | None] | None) -> Iterator[list[ExportGroup]]:
+    yield from families(job.groups)
+    while feed is not None and (more := feed()) is not None:
+        yield from families(more)
 
 
 def _became_group_process() -> None:
@@ -194,10 +197,121 @@ def _became_group_process() -> None:
     _WORKER_PID = os.getpid()
 
 
+class _Runner:
+    """The verdict phase's groups in one worker: what every group of the job shares."""
+
+    def __init__(self, job: Job, emit, logs: GroupLogs, versions: dict[str, Any], fork: bool,
+                 tmp: str) -> None:
+        self.job, self.emit, self.logs, self.versions, self.fork, self.tmp = job, emit, logs, versions, fork, tmp
+        self.run_dir = Path(job.run_dir)
+        self.log_dir = self.run_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
+        self.spool = job.phase == PHASE_VERDICTS and (job.latency.enabled or job.keep_spool)
+        # One per process: a group's fresh process starts from the warm parent's (empty) one;
+        # the long-lived worker (HARNESS_WORKER_FORK=0) keeps the union of its groups' files.
+        self.loaded = CaseFiles(exclude=[self.run_dir, tmp])
+
+    def workdir(self, group: ExportGroup) -> Path:
+        workdir = self.job.spool / group.gid if self.spool else Path(self.tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        return workdir
+
+    def plan(self, families: Iterator[list[ExportGroup]]) -> Iterator[tuple[str, list[ExportGroup], str | None]]:
+        """In the warm parent: what to run next, ("shared", family, None) where a family may
+        share one capture, else ("alone", [group], why not) per group. A family whose capture
+        could not be shared (its process leaves the reason in ``_refused``) then runs each group
+        in a process forked from the warm parent, untouched by that attempt: its verdicts, errors
+        and notes are the per-opset ones."""
+        for groups in (part for family in families for part in capture_reuse.by_registry(self.versions["torch"], family)):
+            first = groups[0]
+            reason = capture_reuse.refusal(first.exporter, first.options, self.versions["torch"], len(groups),
+                                           self.fork, self.job.determinism)
+            if reason is None:
+                yield "shared", groups, None
+                refused = self._refused(first)
+                if not refused.exists():
+                    continue
+                reason = refused.read_text(encoding="utf-8")
+            for group in groups:
+                yield "alone", [group], reason
+
+    def _refused(self, first: ExportGroup) -> Path:
+        return Path(self.tmp) / f"{first.gid}.refused"
+
+    def shared(self, groups: list[ExportGroup]) -> None:
+        """In a family's own process: the reference stage and torch's capture once, then each
+        group in a process forked from this one, exporting from the capture. Where there is no
+        capture to share, the reason is left for the warm parent (``plan``) and nothing runs here."""
+        first = groups[0]
+        # The family's process announces itself with its first group (a death here is charged to it).
+        self.emit(GroupStart(gid=first.gid, parent=fresh.PARENT).to_dict())
+        shared = GroupContext(self.job, first, self.workdir(first))
+        with self.logs.block(first.gid, self.log_dir / f"{first.gid}.log"):
+            with self.loaded.watch():
+                shared.capture_for_family(Path(self.tmp) / f"{first.gid}.capture.onnx")
+        if shared.capture is None or not shared.capture.ok:
+            why = shared.capture.reason if shared.capture is not None else "the reference stage failed"
+            self._refused(first).write_text(why or "no capture", encoding="utf-8")
+            return
+        for group in fresh.per_group(groups, on_child=_became_group_process):
+            ctx = shared.for_group(group, self.workdir(group))
+            self.group(ctx, None, shared_by=len(groups))
+
+    def group(self, ctx: GroupContext, reason: str | None, shared_by: int = 1) -> None:
+        """One export group: prepare (reference, export, check), then each runtime cell."""
+        job, group, logs, emit = self.job, ctx.group, self.logs, self.emit
+        ctx.made = capture_reuse.made(ctx.capture, reason, shared_by)
+        emit(GroupStart(gid=group.gid, parent=fresh.PARENT).to_dict())
+        log_path = self.log_dir / f"{group.gid}.log"
+        with logs.block(group.gid, log_path):
+            with self.loaded.watch():
+                ctx.prepare()
+            if ctx.failure is None:
+                ctx.made["sha256"] = capture_reuse.file_digest(ctx.onnx_path)
+            if ctx.capture is not None and "translation" in ctx.capture.facts:
+                ctx.made["translation"] = ctx.capture.facts["translation"]
+            case_files = group_case_files(self.loaded, ctx, job)
+            spool_error = None
+            if self.spool and ctx.failure is None:
+                try:
+                    spool_group(ctx, self.versions["torch"])
+                except Exception as exc:  # noqa: BLE001 - the latency phase fails these cells, naming it
+                    traceback.print_exc()
+                    spool_error = f"the exported file could not be kept for the phases after the verdict: {type(exc).__name__}: {exc}"[:300]
+        with evidence.shared(ctx, Path(self.tmp) / "evidence"):
+            self.cells(ctx, case_files, spool_error, log_path)
+        if not self.spool:
+            for p in Path(self.tmp).glob(f"{group.gid}.onnx*"):
+                p.unlink()
+
+    def cells(self, ctx: GroupContext, case_files: dict[str, str], spool_error: str | None, log_path: Path) -> None:
+        job, group, logs, emit = self.job, ctx.group, self.logs, self.emit
+        for cell in group.cells:
+            emit(CellStart(cell_id=cell.cell_id).to_dict())
+            with logs.block(group.gid, log_path):
+                print(f"=== cell {cell.cell_id} ===", flush=True)
+                rec = run_cell(ctx, cell, self.versions)
+                diagnose(ctx, cell, rec)   # a failing cell's blame (nothing on a pass)
+                rec.log = str(log_path)
+                rec.case_files = dict(case_files)
+                if spool_error:
+                    rec.notes.append(spool_error)   # what the latency phase and the floors then miss
+                if rec.status is Status.FAIL and job.bundles:
+                    logs.cap(log_path)
+                    try:
+                        write_bundle(ctx, rec, self.run_dir / "bundles" / cell.cell_id, log_path)
+                    except Exception as exc:  # noqa: BLE001 - the cell keeps its verdict; no bundle is said
+                        traceback.print_exc()
+                        rec.pass_not_run("bundle", f"the bundle could not be written: {type(exc).__name__}: {exc}")
+            emit(RecordDone(record=rec.to_dict()).to_dict())
+
+
 def run_job(job: Job, emit, logs: GroupLogs | None = None,
-            feed: Callable[[], ExportGroup | None] | None = None, fork: bool = False) -> None:
-    """Run the job's groups (and those ``feed`` hands out); with ``fork``, each group in a fresh
-    process forked from this one (``harness.worker.group_process``; the caller wraps this in
+            feed: Callable[[], list[ExportGroup] | None] | None = None, fork: bool = False) -> None:
+    """Run the job's groups (and those ``feed`` hands out), family by family; with ``fork``, each
+    family in a fresh process forked from this one and each of its groups in a process forked
+    from the family's (``harness.worker.group_process``; the caller wraps this in
     ``fresh.contained``)."""
     logs = logs or GroupLogs()
     if job.phase == PHASE_LATENCY:
@@ -208,56 +322,16 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
     emit(Hello(versions=versions, pid=os.getpid(), fresh=fork, preloaded=preloaded,
                threads=fresh.thread_count()).to_dict())
     stages.on_stage_start = lambda which: emit(StageStart(stage=which.value).to_dict())
-    groups = _groups(job, feed)
-    if fork:
-        groups = fresh.per_group(groups, on_child=_became_group_process)
-    run_dir = Path(job.run_dir)
-    log_dir = run_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    # Verdict phase: the file is exported straight into the spool, where the latency phase finds it.
-    spool = job.phase == PHASE_VERDICTS and (job.latency.enabled or job.keep_spool)
     with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
-        # One per process: a group's fresh process starts from the warm parent's (empty) one;
-        # the long-lived worker (HARNESS_WORKER_FORK=0) keeps the union of its groups' files.
-        loaded = CaseFiles(exclude=[run_dir, tmp])
-        for group in groups:
-            emit(GroupStart(gid=group.gid, parent=fresh.PARENT).to_dict())
-            log_path = log_dir / f"{group.gid}.log"
-            workdir = job.spool / group.gid if spool else Path(tmp)
-            workdir.mkdir(parents=True, exist_ok=True)
-            ctx = GroupContext(job, group, workdir)
-            with logs.block(group.gid, log_path):
-                with loaded.watch():
-                    ctx.prepare()
-                case_files = group_case_files(loaded, ctx, job)
-                spool_error = None
-                if spool and ctx.failure is None:
-                    try:
-                        spool_group(ctx, versions["torch"])
-                    except Exception as exc:  # noqa: BLE001 - the latency phase fails these cells, naming it
-                        traceback.print_exc()
-                        spool_error = f"the exported file could not be kept for the phases after the verdict: {type(exc).__name__}: {exc}"[:300]
-            for cell in group.cells:
-                emit(CellStart(cell_id=cell.cell_id).to_dict())
-                with logs.block(group.gid, log_path):
-                    print(f"=== cell {cell.cell_id} ===", flush=True)
-                    rec = run_cell(ctx, cell, versions)
-                    diagnose(ctx, cell, rec)   # a failing cell's blame (nothing on a pass)
-                    rec.log = str(log_path)
-                    rec.case_files = dict(case_files)
-                    if spool_error:
-                        rec.notes.append(spool_error)   # what the latency phase and the floors then miss
-                    if rec.status is Status.FAIL and job.bundles:
-                        logs.cap(log_path)
-                        try:
-                            write_bundle(ctx, rec, run_dir / "bundles" / cell.cell_id, log_path)
-                        except Exception as exc:  # noqa: BLE001 - the cell keeps its verdict; no bundle is said
-                            traceback.print_exc()
-                            rec.pass_not_run("bundle", f"the bundle could not be written: {type(exc).__name__}: {exc}")
-                emit(RecordDone(record=rec.to_dict()).to_dict())
-            if not spool:
-                for p in Path(tmp).glob(f"{group.gid}.onnx*"):
-                    p.unlink()
+        runner = _Runner(job, emit, logs, versions, fork, tmp)
+        todo = runner.plan(_families(job, feed))
+        if fork:
+            todo = fresh.per_group(todo, on_child=_became_group_process)
+        for kind, groups, reason in todo:
+            if kind == "shared":
+                runner.shared(groups)
+            else:
+                runner.group(GroupContext(job, groups[0], runner.workdir(groups[0])), reason)
 
 
 def group_case_files(loaded: CaseFiles, ctx: GroupContext, job: Job) -> dict[str, str]:

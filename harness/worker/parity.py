@@ -280,3 +280,48 @@ def _is_lengths(x: Any) -> bool:
 
     return (x.dim() == 1 and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
             and x.numel() > 0 and bool((x >= 0).all()) and int(x.max()) > 1)
+
+
+def quality(expected: list[np.ndarray], actual: list[np.ndarray]) -> dict[str, float | None]:
+    """How close a quantized (or half-precision) file's outputs are to eager, as a whole: the
+    lowest cosine similarity of an output with eager's (flattened, float64), and the lowest share
+    of positions whose arg-max along the last axis agrees (outputs with a last axis of 2 or more;
+    None when there is none). Non-finite values count as disagreement."""
+    cosines, top1 = [], []
+    for exp, act in zip(expected, actual):
+        e = np.asarray(exp, dtype=np.float64).ravel()
+        a = np.asarray(act, dtype=np.float64).ravel()
+        if e.shape != a.shape or not e.size:
+            continue
+        if not (np.isfinite(e).all() and np.isfinite(a).all()):
+            cosines.append(-1.0)
+            continue
+        norm = float(np.linalg.norm(e) * np.linalg.norm(a))
+        cosines.append(1.0 if norm == 0 and not e.any() and not a.any() else float(e @ a / norm) if norm else 0.0)
+        exp_nd, act_nd = np.asarray(exp), np.asarray(act)
+        if exp_nd.ndim and exp_nd.shape[-1] >= 2 and exp_nd.shape == act_nd.shape:
+            top1.append(float(np.mean(exp_nd.argmax(-1) == act_nd.argmax(-1))))
+    return {"cosine": min(cosines) if cosines else None, "top1": min(top1) if top1 else None}
+
+
+def judge_quality(stats: dict[str, float | None], judge: dict[str, Any], label: str) -> str | None:
+    """The first threshold of ``judge`` (``cosine``, ``top1``) the shape's ``quality`` misses."""
+    for name in ("cosine", "top1"):
+        want, got = judge.get(name), stats.get(name)
+        if want is not None and got is not None and got < want:
+            return (f"{label}: {name} {got:.4f} with eager is below the {judge.get('class', '')} "
+                    f"threshold {want:g}")
+    return None
+
+
+def first_difference(references: list[list[Any]], outputs: list[list[Any]], atol: float, rtol: float,
+                     floors: list[Any] | None = None) -> str | None:
+    """None when every shape agrees with eager, else what differs first; judged as the cell was
+    (``floors``: the model's own noise per shape, ``harness.worker.noise``)."""
+    for i, (ref, out) in enumerate(zip(references, outputs)):
+        try:
+            compare_outputs(ref, out, atol, rtol, "example shape" if i == 0 else "second shape",
+                            floors[i] if floors is not None and i < len(floors) else None)
+        except ParityError as exc:
+            return str(exc)
+    return None

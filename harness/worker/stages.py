@@ -25,6 +25,7 @@ from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Parity, Record
 from harness.core.status import Stage, Status
 from harness.runtimes.base import match_feeds
+from harness.worker.diagnose.tracing import tracer_warnings
 from harness.worker.dims import note_specialised
 from harness.worker.export_log import ExportLog
 from harness.worker.inputs import dims_by_name
@@ -33,6 +34,10 @@ from harness.worker.spool import SpooledFile, write_spool
 
 class SecondShapeError(RuntimeError):
     """The graph runs at the example shape but rejects a shape that differs in the dynamic dims."""
+
+
+class StepError(RuntimeError):
+    """A step of the cell's pipeline failed (``harness.worker.steps``)."""
 
 
 class OwnError(RuntimeError):
@@ -142,7 +147,15 @@ class GroupContext:
         self.pinned: list[dict[str, Any]] = []            # dims only the exported program pins
         self.dim_marking: str | None = None
         self.program: Any = None
+        self.export_log: Any = None                       # what torch logged while exporting (export_log)
+        self.tracer_warnings: list[dict[str, Any]] = []   # TracerWarnings of the export (diagnose.tracing)
         self.clock: dict[str, float] = {}            # wall and CPU seconds of the shared stages
+        # Capture reuse (harness.worker.capture_reuse): the family's shared capture, the export
+        # log it began, and how this group's file was made (the record's ``export_made``).
+        self.capture: Any = None
+        self.capture_log: ExportLog | None = None
+        self.made: dict[str, Any] | None = None
+        self.divergences: dict[int, dict[str, Any]] = {}   # the divergence search per shape (evidence)
 
     @property
     def dims(self) -> dict:
@@ -189,50 +202,145 @@ class GroupContext:
             p.unlink()
 
     def _prepare(self) -> None:
-        from harness.worker import export as exp
-        from harness.worker.cases import CaseSkipped, build_case
-        from harness.worker.outputs import output_names
-
-        g, opts = self.group, self.group.options
         try:
-            with stage(Stage.REFERENCE, self.durations):
-                try:
-                    self.spec = build_case(g.case, g.case_ref, Path(self.job.base_dir), g.atol, g.rtol)
-                except CaseSkipped as exc:
-                    raise StageFailure(Stage.REFERENCE, exc, Status.SKIP) from exc
-                if self.spec.was_training:
-                    self.notes.append("case returned a model in training mode; exported in eval mode")
-                self._references()
-            names = self.spec.example.input_names()
-            outputs = output_names(self.output_paths)
-            named = getattr(self.spec.model, "onnx_output_names", None)   # the case names them
-            if named and len(named) == len(outputs):
-                outputs = list(named)
-            log = ExportLog()
-            try:
-                with stage(Stage.EXPORT, self.durations):
-                    self.dim_marking, program, facts = exp.export_model(
-                        self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
-                        constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy,
-                        log=log)
-                    self.program = program   # torch.onnx's ONNXProgram (dynamo): node values for a blame
-            except StageFailure as failure:
-                self._note_export_log(log, failure.exc)
-                raise
-            self._note_export_log(log, None)
-            with stage(Stage.CHECK, self.durations):
-                self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {}), **self.graph}
-                self._note_dims(names, program)
-                # Names given at export are what deployment code feeds and fetches by: a lost
-                # name is a note (the cell still runs by position), not a failure.
-                for kind, given in (("input", names), ("output", outputs)):
-                    missing = [n for n in given if n not in self.graph[f"{kind}s"]]
-                    if missing:
-                        self.notes.append(f"{kind} names given at export not in the graph: "
-                                          f"{missing} (graph has {self.graph[f'{kind}s']})")
-                exp.check_model(self.onnx_path)
+            if self.spec is None and self.failure is None:   # a family's process may have built it
+                self._reference_stage()
+            if self.failure is None:
+                self._export_stage()
+                if self.group.steps:
+                    self._run_pipeline()
         except StageFailure as failure:
             self.failure = failure
+
+    def _reference_stage(self) -> None:
+        from harness.worker.cases import CaseSkipped, build_case
+
+        g = self.group
+        with stage(Stage.REFERENCE, self.durations):
+            try:
+                self.spec = build_case(g.case, g.case_ref, Path(self.job.base_dir), g.atol, g.rtol)
+            except CaseSkipped as exc:
+                raise StageFailure(Stage.REFERENCE, exc, Status.SKIP) from exc
+            if self.spec.was_training:
+                self.notes.append("case returned a model in training mode; exported in eval mode")
+            self._references()
+
+    def _io_names(self) -> tuple[list[str], list[str]]:
+        """The input and output names given at export."""
+        from harness.worker.outputs import output_names
+
+        outputs = output_names(self.output_paths)
+        named = getattr(self.spec.model, "onnx_output_names", None)   # the case names them
+        if named and len(named) == len(outputs):
+            outputs = list(named)
+        return self.spec.example.input_names(), outputs
+
+    def capture_for_family(self, scratch: Path) -> None:
+        """In a family's process (``harness.worker.capture_reuse``): the reference stage, then
+        torch's capture once, for every opset's group forked from here. What torch said while
+        capturing stays in this context's export log, which each group's export goes on with."""
+        from harness.worker import capture_reuse
+        from harness.worker import export as exp
+
+        try:
+            self._reference_stage()
+        except StageFailure as failure:
+            self.failure = failure
+            return
+        opts = self.group.options
+        _, outputs = self._io_names()
+        self.capture_log = ExportLog()
+        with self.capture_log.watching():
+            self.capture = capture_reuse.capture(lambda: exp.export_model(
+                self.spec, "dynamo", self.group.opset, scratch, dynamic=opts.dynamic,
+                constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy,
+                switches=opts.switches()))
+        if not self.capture.ok:
+            self.capture_log = None
+        self.made = capture_reuse.made(self.capture, None)
+
+    def for_group(self, group: ExportGroup, workdir: Path) -> "GroupContext":
+        """This family context as the context of one of its groups (in that group's own process,
+        forked from the family's: nothing it changes reaches a sibling)."""
+        self.group = group
+        self.onnx_path = workdir / f"{group.gid}.onnx"
+        return self
+
+    def _export_stage(self) -> None:
+        from harness.worker import export as exp
+
+        g, opts = self.group, self.group.options
+        names, outputs = self._io_names()
+        capture = self.capture if self.capture is not None and self.capture.ok else None
+        log = self.export_log = (self.capture_log if capture is not None and self.capture_log is not None
+                                 else ExportLog())
+        try:
+            with stage(Stage.EXPORT, self.durations), tracer_warnings() as self.tracer_warnings:
+                self.dim_marking, program, facts = exp.export_model(
+                    self.spec, g.exporter, g.opset, self.onnx_path, dynamic=opts.dynamic,
+                    constant_folding=opts.constant_folding, outputs=outputs, dim_policy=opts.dim_policy,
+                    log=log, switches=opts.switches(), capture=capture)
+                self.program = program   # torch.onnx's ONNXProgram (dynamo): node values for a blame
+        except StageFailure as failure:
+            self._note_export_log(log, failure.exc)
+            raise
+        self._note_export_log(log, None)
+        with stage(Stage.CHECK, self.durations):
+            self.graph = {**exp.graph_facts(self.onnx_path), **(facts or {}), **self.graph}
+            if opts.switches():   # the exporter options axis: which files came out
+                self.graph["layout"] = exp.file_layout(self.onnx_path)
+                if len(self.graph["layout"]["files"]) > 1:
+                    self.notes.append("the export wrote two files (model.onnx + model.onnx.data): a loader "
+                                      "that takes one file or its bytes (a browser, some serving stacks) "
+                                      "needs external_data=False or the data merged in")
+            self._note_dims(names, program)
+            # Names given at export are what deployment code feeds and fetches by: a lost
+            # name is a note (the cell still runs by position), not a failure.
+            for kind, given in (("input", names), ("output", outputs)):
+                missing = [n for n in given if n not in self.graph[f"{kind}s"]]
+                if missing:
+                    self.notes.append(f"{kind} names given at export not in the graph: "
+                                      f"{missing} (graph has {self.graph[f'{kind}s']})")
+            exp.check_model(self.onnx_path)
+
+    def _run_pipeline(self) -> None:
+        """The pipeline's steps, each a stage ``step`` (``harness.worker.steps``): the file the
+        cells load is the last step's; a step that fails leaves ``onnx_path`` at the file before
+        it (what the bundle keeps) and fails every cell of the group at that step."""
+        from harness.worker import steps as pipeline
+
+        exported = self.onnx_path
+        facts: dict[str, Any] = {"name": self.group.options.pipeline, "steps": []}
+        self.graph["pipeline"] = facts
+        for i, step in enumerate(self.group.steps):
+            entry: dict[str, Any] = {"step": step["step"], "args": dict(step.get("args") or {})}
+            facts["steps"].append(entry)
+            try:
+                with stage(Stage.STEP, self.durations):
+                    try:
+                        out = pipeline.run_step(step, i, self.onnx_path, exported, self.feeds,
+                                                Path(self.job.base_dir), entry)
+                    except ModuleNotFoundError as exc:
+                        from harness.runtimes.base import RuntimeUnavailable
+
+                        raise RuntimeUnavailable(f"step {step['step']} needs module {exc.name!r}, which this "
+                                                 "environment does not have") from exc
+            except StageFailure as failure:
+                entry["status"] = failure.status.value
+                entry["error"] = short_error(failure.exc)
+                facts.update(failed=step["step"], failed_index=i)
+                raise StageFailure(Stage.STEP, StepError(f"step {i + 1} ({step['step']}) of pipeline "
+                                                         f"{facts['name']}: {short_error(failure.exc)}"),
+                                   failure.status) from failure.exc
+            entry["status"] = Status.PASS.value
+            if entry.get("note"):   # what the step knows of where its file may misbehave
+                self.notes.append(entry["note"])
+            for fact, what in (("checker", "the ONNX checker rejects the file"),
+                               ("strict_shape_inference", "strict shape inference fails")):
+                if entry.get(fact) != "ok":
+                    self.notes.append(f"after step {step['step']}, {what} ({entry[fact]}); the runtimes "
+                                      "load the file as it is")
+            self.onnx_path = out
 
     def _note_export_log(self, log: Any, failure: BaseException | None) -> None:
         """What torch said while exporting (``harness.worker.export_log``): a dim it fixed to one
@@ -365,6 +473,8 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
     if ctx.dim_marking:
         # How dynamic dims reached the exporter (not part of the cell's identity).
         rec.options["dim_marking"] = ctx.dim_marking
+    if ctx.made is not None:
+        rec.export_made = dict(ctx.made)
     durations = dict(ctx.durations)
     clock = dict(ctx.clock)
     with clocked(clock):
@@ -381,12 +491,14 @@ def run_cell(ctx: GroupContext, cell: CellJob, versions: dict[str, Any]) -> Reco
 
 def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[str, float]) -> None:
     from harness.runtimes import load_adapter
-    from harness.worker.latency import measure, runtime_floor
+    from harness.runtimes.base import ActiveAdapters
+    from harness.worker.latency import binding_overhead, measure
     from harness.worker.noise import summary as noise_summary
-    from harness.worker.parity import ParityError, compare_outputs
+    from harness.worker.parity import ParityError, compare_outputs, judge_quality, quality
 
     job, g = ctx.job, ctx.group
     adapter = None
+    active = ActiveAdapters()   # from the load stage to the latency stage; closed after its facts are read
     try:
         if ctx.failure:
             raise ctx.failure
@@ -394,9 +506,13 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
             adapter_cls = load_adapter(cell.runtime_name)
             adapter = adapter_cls(ctx.onnx_path, threads=job.threads, precision=g.options.precision,
                                 options=cell.runtime_options)
+            if g.steps:   # the pipeline's file may itself be fp16 / int8 (harness.core.steps)
+                from harness.core.steps import precision_of
+
+                adapter.file_precision = precision_of(g.steps)
             # Every shape the cell will run (TensorRT builds its optimisation profile from them).
             adapter.prepare([{n: tuple(v.shape) for n, v in f.items()} for f in ctx.feeds])
-            adapter.activate()
+            active.enter_context(adapter)
             rec.versions["runtime"] = adapter_cls.version()
             graph_inputs = adapter.input_names()
         outputs = []
@@ -413,20 +529,30 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
         with stage(Stage.PARITY, durations):
             # Every shape is compared, and its numbers kept, also when one fails: the record
             # of a parity failure says by how much, where, per output and per shape.
-            parity = Parity(atol=ctx.spec.atol, rtol=ctx.spec.rtol)
+            # A pipeline that ends in fp16 or int8 is judged by its own tolerances, and a
+            # quantized one also by cosine and top-1 agreement (harness.core.steps.JUDGES).
+            judge = g.judge or {}
+            atol, rtol = judge.get("atol", ctx.spec.atol), judge.get("rtol", ctx.spec.rtol)
+            parity = Parity(atol=atol, rtol=rtol)
             rec.parity = parity
+            if judge:
+                parity.extra["judge"] = dict(judge)
             if ctx.second_shape:
                 parity.extra["second_shape"] = dict(ctx.second_shape)
             failed: ParityError | None = None
             # The model's own noise is judged at fp32 only (a reduced precision is its own budget).
-            judged = g.options.precision == "fp32"
+            judged = g.options.precision == "fp32" and not judge
             for i, (ref, out) in enumerate(zip(ctx.references, outputs)):
                 label = "example shape" if i == 0 else "second shape"
                 try:
-                    stats = compare_outputs(ref, out, ctx.spec.atol, ctx.spec.rtol, label,
-                                            ctx.floors(i) if judged else None)
+                    stats = compare_outputs(ref, out, atol, rtol, label, ctx.floors(i) if judged else None)
                 except ParityError as exc:
                     stats, failed = {**exc.stats, "failed": True}, failed or exc
+                if judge:
+                    stats["quality"] = quality(ref, out)
+                    if (miss := judge_quality(stats["quality"], judge, label)) is not None:
+                        stats["failed"] = True
+                        failed = failed or ParityError(miss, stats)
                 rec.notes.extend(stats.pop("notes", []))   # NaN/Inf where eager has them too
                 shape = {n: list(v.shape) for n, v in ctx.feeds[i].items()}
                 parity.shapes.append({"inputs": shape, **stats})
@@ -450,7 +576,7 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
                 if job.latency.enabled:
                     feeds0 = match_feeds(ctx.feeds[0], graph_inputs)
                     rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
-                    rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
+                    rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = failure.status
         rec.stage = None if failure.status is Status.SKIP else failure.stage
@@ -465,8 +591,7 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
             rec.options["precision"] = adapter.facts.get("precision", g.options.precision)
             rec.notes.extend(adapter.facts.get("notes", []))   # what the runtime says of the run
             rec.graph = {**rec.graph, "runtime_facts": adapter.facts}
-            with contextlib.suppress(Exception):
-                adapter.deactivate()
+        active.close()
 
 
 def _probe_dims(ctx: GroupContext, rec: Record, adapter: Any, graph_inputs: list[str],
@@ -520,12 +645,13 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
     matrix's protocol. The record carries only the timing (the runner joins it to the verdict);
     a failure here is a failure at ``latency``."""
     from harness.runtimes import load_adapter
-    from harness.worker.latency import measure, runtime_floor
+    from harness.runtimes.base import ActiveAdapters
+    from harness.worker.latency import binding_overhead, measure
 
     rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
                           cell_id=cell.cell_id)
     durations: dict[str, float] = {}
-    adapter = None
+    active = ActiveAdapters()
     try:
         with stage(Stage.LATENCY, durations):
             if spooled.error is not None:
@@ -533,19 +659,21 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
             adapter_cls = load_adapter(cell.runtime_name)
             adapter = adapter_cls(spooled.onnx, threads=job.threads, precision=group.options.precision,
                                   options=cell.runtime_options)
+            if group.steps:
+                from harness.core.steps import precision_of
+
+                adapter.file_precision = precision_of(group.steps)
             adapter.prepare(spooled.shapes)
-            adapter.activate()
+            active.enter_context(adapter)
             feeds0 = match_feeds(spooled.feeds, adapter.input_names())
             rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
-            rec.latency_ms.floor_ms = runtime_floor(adapter_cls, job.latency, job.threads)
+            rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = Status.FAIL
         rec.stage = Stage.LATENCY
         rec.error = short_error(failure.exc)
     finally:
-        if adapter is not None:
-            with contextlib.suppress(Exception):
-                adapter.deactivate()
+        active.close()
     rec.duration_s = durations
     rec.finished_at = time.time()
     return rec

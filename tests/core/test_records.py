@@ -141,3 +141,14 @@ def test_stage_is_an_enum_stored_as_its_plain_value():
     assert json.loads(rec.to_json())["stage"] == "parity"
     with pytest.raises(RecordError, match="stage"):
         Record.from_dict({**rec.to_dict(), "stage": "exporting"})
+
+
+def test_the_binding_overhead_keeps_its_stored_key(tmp_path):
+    """``Latency.binding_overhead_ms`` was ``floor_ms`` before "floor" meant only a runtime floor:
+    a stored record reads into the new name and is written back with the key it was stored with."""
+    stored = {"median": 0.0121, "floor_ms": 0.0086, "iterations": 200}
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(rec(latency_ms=stored).to_dict()) + "\n")
+    (back,) = read_records(path)
+    assert back.latency_ms.binding_overhead_ms == 0.0086 and not back.latency_ms.extra
+    assert json.loads(back.to_json())["latency_ms"] == stored

@@ -122,7 +122,7 @@ def test_environment_failure_records_are_recognised():
     from harness.gate.sources import is_environment_failure
     from harness.matrix.config import Matrix
     from harness.matrix.plan import build_plan
-    from harness.run.records import environment_failure_records
+    from harness.run.runner_records import environment_failure_records
 
     plan = build_plan(Matrix.model_validate({"torch": ["2.13.0"], "exporters": ["dynamo"], "opsets": [18],
                                              "cases": ["mha"]}))
@@ -135,12 +135,12 @@ def test_environment_failure_records_are_recognised():
 
 
 def test_unexpected_error_is_one_line_exit_2_with_the_traceback_in_a_file(gate, store, monkeypatch):
-    from harness.gate import main as gate_main
+    from harness.gate import driver as gate_driver
 
     def boom(*a, **k):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(gate_main, "compare_sides", boom)
+    monkeypatch.setattr(gate_driver, "compare_sides", boom)
     rc, err = gate(store, "--baseline", f"{BOTH}@2.13.0", "--candidate", f"{BOTH}@2.6.0")
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith("error: unexpected RuntimeError in 'gate': boom (traceback: ")
@@ -149,9 +149,9 @@ def test_unexpected_error_is_one_line_exit_2_with_the_traceback_in_a_file(gate, 
 
 
 def test_sys_exit_inside_the_gate_is_never_read_as_a_regression(gate, store, monkeypatch):
-    from harness.gate import main as gate_main
+    from harness.gate import driver as gate_driver
 
-    monkeypatch.setattr(gate_main, "compare_sides", lambda *a, **k: (_ for _ in ()).throw(SystemExit(1)))
+    monkeypatch.setattr(gate_driver, "compare_sides", lambda *a, **k: (_ for _ in ()).throw(SystemExit(1)))
     rc, err = gate(store, "--baseline", f"{BOTH}@2.13.0", "--candidate", f"{BOTH}@2.6.0")
     assert rc == 2 and len(err) == 1
 

@@ -23,7 +23,7 @@ from harness.matrix.shards import (
     shard_plan,
     split_plan,
 )
-from harness.pipeline import cell_seconds, read_costs
+from harness.matrix_run import cell_seconds, read_costs
 
 
 def _small_plan():
@@ -308,22 +308,29 @@ def _records(run_dir: Path) -> dict[str, tuple]:
             for r in read_records(run_dir / "results.jsonl")}
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    """tests/matrices/shards.yaml run whole, once for the two tests that compare shards with it."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    run_harness("matrix", "--config", str(TESTS / "matrices" / "shards.yaml"), "--output", str(out))
+    return out
+
+
 @pytest.mark.e2e
-def test_two_real_shards_merge_into_the_whole_run(tmp_path):
+def test_two_real_shards_merge_into_the_whole_run(tmp_path, whole):
     """Two real shards merged hold the same records (ids, verdicts, stages) as the matrix run
     whole; a repeated or missing shard is an error naming it."""
     config = str(TESTS / "matrices" / "shards.yaml")
     for k in (1, 2):
         run_harness("matrix", "--config", config, "--output", str(tmp_path / f"s{k}"), "--shard", f"{k}/2")
     run_harness("merge", str(tmp_path / "s2"), str(tmp_path / "s1"), "--output", str(tmp_path / "all"))
-    run_harness("matrix", "--config", config, "--output", str(tmp_path / "whole"))
-    merged, whole = _records(tmp_path / "all"), _records(tmp_path / "whole")
+    merged, whole_records = _records(tmp_path / "all"), _records(whole)
     parts = [_records(tmp_path / f"s{k}") for k in (1, 2)]
-    assert len(whole) == 4 and all(parts) and merged == whole
+    assert len(whole_records) == 4 and all(parts) and merged == whole_records
     assert len({r.run_id for r in read_records(tmp_path / "all" / "results.jsonl")}) == 1
     meta = json.loads((tmp_path / "all" / "run.json").read_text())
     assert meta["finished"] and [s["shard"] for s in meta["shards"]] == ["1/2", "2/2"]
-    assert "shard" not in meta and meta["counts"] == json.loads((tmp_path / "whole" / "run.json").read_text())["counts"]
+    assert "shard" not in meta and meta["counts"] == json.loads((whole / "run.json").read_text())["counts"]
     shard_meta = json.loads((tmp_path / "s1" / "run.json").read_text())["shard"]
     assert shard_meta["index"] == 1 and shard_meta["count"] == 2 and shard_meta["plan_cells"] == 4
     for rec in read_records(tmp_path / "all" / "results.jsonl"):  # logs travel with the merged run
@@ -337,7 +344,7 @@ def test_two_real_shards_merge_into_the_whole_run(tmp_path):
 
 
 @pytest.mark.e2e
-def test_nightly_workflow_runs_every_shard_locally(tmp_path):
+def test_nightly_workflow_runs_every_shard_locally(tmp_path, whole):
     """nightly.yml's own steps, run here: the plan job's GitHub JSON feeds a loop over its shards,
     the merge job joins them; the merged run equals the matrix run whole."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -349,8 +356,7 @@ def test_nightly_workflow_runs_every_shard_locally(tmp_path):
     assert [e["shard"] for e in include] == ["1/2", "2/2"]
     assert all(e["runs-on"] == "ubuntu-latest" and e["provider"] == "venv" for e in include)
     merged = result["merge_dir"] / "reports" / "runs" / "nightly-local"
-    run_harness("matrix", "--config", str(config), "--output", str(tmp_path / "whole"))
-    assert _records(merged) == _records(tmp_path / "whole")
+    assert _records(merged) == _records(whole)
     # The night appended to the history (the results branch's nights/) and its site published.
     (night,) = (result["merge_dir"] / "results" / "nights").glob("*.json.gz")
     assert (result["merge_dir"] / "night" / night.name).exists()       # the record job's artifact

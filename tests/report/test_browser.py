@@ -210,3 +210,35 @@ def test_blame_filter_and_ladder_in_details(browser, tmp_path):
     assert "runtime-kernel · report to openvinotoolkit/openvino" in body
     assert "onnx-reference" in body and "no-reference" in body and "ort-disable-all" in body
     assert w.problems == [] and w.dialogs == []
+
+
+def test_pipeline_filter_over_the_matrix_and_the_steps(browser, tmp_path):
+    """A run with post-export pipelines: the pipeline filter keeps that pipeline's matrix rows and
+    step rows; a run without pipelines has no such filter (tests above)."""
+    from harness.core.cell import CellKey, ExportOptions
+    from harness.core.record import Record, append_record
+    from harness.core.run import RunMeta
+    from harness.core.status import Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    meta = RunMeta(run_id="r1", started=1.0, finished=True)
+    meta.write(run_dir)
+    steps = {"name": "fused", "steps": [{"step": "ort-fusion", "status": "pass", "fused": {"Attention": 2},
+                                         "before": {"nodes": 220}, "after": {"nodes": 24, "bytes": 1}, "seconds": 2.0}]}
+    recs = [Record.for_cell("r1", CellKey("enc", "torchscript", 18, "ort-cpu"), "2.13.0", "e", Status.PASS),
+            Record.for_cell("r1", CellKey("enc", "torchscript", 18, "ort-cpu", ExportOptions(pipeline="fused")),
+                            "2.13.0", "e", Status.PASS, graph={"pipeline": steps})]
+    for rec in recs:
+        append_record(run_dir / "results.jsonl", rec)
+    write_reports(run_dir, recs, meta, None)
+    w = Watched(browser, (run_dir / "matrix.html").as_uri())
+    page = w.page
+    assert "Attention 2" in page.inner_text("#pipelines")
+    assert w.visible_rows() == 2
+    page.select_option("select[data-pipeline-filter]", "raw")
+    assert w.visible_rows() == 1 and not page.locator("#pipeline-steps tbody tr").first.is_visible()
+    page.select_option("select[data-pipeline-filter]", "fused")
+    assert w.visible_rows() == 1 and page.locator("#pipeline-steps tbody tr").first.is_visible()
+    assert "pipe-fused" in page.locator("#matrix tbody tr:visible").first.inner_text()
+    assert w.problems == [] and w.dialogs == []

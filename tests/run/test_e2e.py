@@ -95,7 +95,8 @@ def test_markdown_matrix(e2e_run, e2e_records):
 
 
 def test_verdicts_match_a_direct_export_and_onnxruntime_run(e2e_records, e2e_meta, tmp_path):
-    """Every harness verdict equals what plain torch.onnx.export + onnxruntime says."""
+    """Every harness verdict at opsets 13 and 18 equals what plain torch.onnx.export + onnxruntime
+    says (opset 17's cells take the same paths with another opset argument; CI's time)."""
     file_cases = {name: TESTS / "cases" / "user_models.py"
                   for name in ("tiny_mlp", "shape_baked", "two_out", "dict_out", "batch_one", "shape_branch")}
     probe_files = {"mha": ("attention", "mha"), "repeat_interleave": ("shapes", "repeat_interleave"),
@@ -105,7 +106,7 @@ def test_verdicts_match_a_direct_export_and_onnxruntime_run(e2e_records, e2e_met
     for torch_version in ("2.6.0", "2.13.0"):
         items = []
         for r in e2e_records:
-            if r.torch != torch_version:
+            if r.torch != torch_version or r.opset not in (13, 18):
                 continue
             if r.case in file_cases:
                 path, fn = file_cases[r.case], r.case
@@ -127,7 +128,7 @@ def test_verdicts_match_a_direct_export_and_onnxruntime_run(e2e_records, e2e_met
         proc.wait()
         stderr = log.read_text(errors="replace")
         direct = {v["cell_id"]: v for v in map(json.loads, out.read_text().splitlines())}
-        assert len(direct) == len(items), stderr[-3000:]
+        assert items and len(direct) == len(items), stderr[-3000:]
         by_id = {r.cell_id: r for r in e2e_records}
         mismatches = [(cid, (by_id[cid].status, by_id[cid].stage), (v["status"], v["stage"]), v["error"])
                       for cid, v in direct.items()

@@ -121,20 +121,22 @@ def test_resume_refuses_a_corrupt_line_in_the_middle(tmp_path):
 
 def test_new_keys_at_their_default_keep_the_matrix_hash():
     """Runs stored before cell_memory_mb, log_max_mb, reduce, dim_policy, determinism, jobs, the
-    runtime release keys and the latency confirmation existed resume with the same hash."""
+    runtime release keys, the latency confirmation, pipelines and the exporter switches existed
+    resume with the same hash."""
     before = {k: v for k, v in MATRIX.model_dump(mode="json").items()
               if k not in ("cell_memory_mb", "log_max_mb", "reduce", "reduce_timeout_s", "jobs", "determinism",
-                           "runtime_versions", "runtime_floor", "deploy")}
-    before["options"] = {k: v for k, v in before["options"].items() if k != "dim_policy"}
-    before["torch"] = [{k: v for k, v in t.items() if k != "image"} for t in before["torch"]]
+                           "runtime_versions", "runtime_floor", "deploy", "pipelines")}
+    before["options"] = {k: v for k, v in before["options"].items() if k not in ("dim_policy", "optimize", "external_data")}
+    before["torch"] = [{k: v for k, v in t.items() if k not in ("image", "onnxslim", "onnxsim")} for t in before["torch"]]
     before["latency"] = {k: v for k, v in before["latency"].items() if k not in ("confirm", "confirm_processes")}
-    before["cases"] = [{k: v for k, v in c.items() if k != "data_files"} for c in before["cases"]]
+    before["cases"] = [{k: v for k, v in c.items() if k not in ("data_files", "tolerances")} for c in before["cases"]]
     old_hash = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
     assert matrix_hash(MATRIX) == old_hash
     assert matrix_hash(MATRIX.model_copy(update={"cell_memory_mb": 1000})) != old_hash
     declared = MATRIX.model_copy(update={"cases": [MATRIX.cases[0].model_copy(update={"data_files": ["w/*"]})]})
     assert matrix_hash(declared) != old_hash
     assert matrix_hash(MATRIX.model_copy(update={"determinism": True})) != old_hash
+    assert matrix_hash(MATRIX.model_copy(update={"pipelines": {"raw": [], "slim": ["onnxslim"]}})) != old_hash
     # jobs says how a run is scheduled, never what it finds: a run resumes with another jobs.
     assert matrix_hash(MATRIX.model_copy(update={"jobs": 7})) == old_hash
 

@@ -91,6 +91,8 @@ WORKER_CASES = '''
 import os, torch
 def lin():
     return torch.nn.Linear(4, 3), (torch.randn(2, 4),), {0: {0: "batch"}}
+def lin2():
+    return torch.nn.Linear(4, 2), (torch.randn(2, 4),), {0: {0: "batch"}}
 def segfaults():
     os.kill(os.getpid(), 11)
 '''
@@ -104,7 +106,9 @@ def test_the_warm_worker_forks_each_group_and_dies_as_its_group_did(runs, tmp_pa
     (tmp_path / "cases.py").write_text(WORKER_CASES)
     groups = tuple(ExportGroup(f"g{i}", fn, f"{tmp_path / 'cases.py'}:{fn}", "torchscript", 17,
                                cells=(CellJob(f"c{i}", "ort-cpu", "ort-cpu"),))
-                   for i, fn in enumerate(("lin", "lin", "segfaults", "lin")))
+                   for i, fn in enumerate(("lin", "lin", "segfaults", "lin2")))
+    # The worker runs family by family (one case, release and options; harness.core.job.families):
+    # g0 and g1 are one family, g2 and g3 each their own, in the job's order.
     job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="e", groups=groups, base_dir=str(tmp_path),
               latency=LatencyProtocol(enabled=False), bundles=False).write(tmp_path / "job.json")
     events_r, events_w = os.pipe()

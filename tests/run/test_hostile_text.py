@@ -9,7 +9,7 @@ import pytest
 from helpers import TESTS, run_harness, run_matrix
 
 from harness.core.record import read_records
-from harness.matrix.config import NAME_MAX_CHARS
+from harness.matrix.names import NAME_MAX_CHARS
 
 pytestmark = pytest.mark.e2e
 ESCAPED = "weights-\\xff\\xfe.bin"     # the undecodable bytes, written out

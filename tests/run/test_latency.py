@@ -135,7 +135,7 @@ def test_warm_up_ends_once_windows_agree_then_sampling_converges(clock):
     assert res.warmup_stable and 60 <= res.warmup_iterations <= 150  # once within ~2 % of 1 ms
     assert res.stop == "converged" and res.median == pytest.approx(1.0, rel=0.01)
     assert res.ci_low >= res.median * 0.99 and res.ci_high <= res.median * 1.01
-    assert res.iterations >= 50 and res.threads == 1 and res.confidence == 0.95
+    assert res.iterations >= p.early_runs and res.threads == 1 and res.confidence == 0.95
 
 
 def test_a_median_that_never_settles_stops_at_the_time_cap(clock):
@@ -185,3 +185,37 @@ def test_protocol_rejects_nonsense():
         with pytest.raises(ValueError):
             LatencyProtocol(**bad)
     assert LatencyProtocol.from_dict({"min_runs": 20, "min_time_s": 0.05}).rel_ci == 0.01
+
+
+def test_a_tight_spread_stops_before_min_runs_and_a_wide_one_does_not(clock):
+    tight = clock(jitter(6, 2.0, 0.002))
+    p = LatencyProtocol(warmup_max_s=0.0, min_runs=200, min_time_s=0.0, early_runs=30)
+    res = measure(tight.call, p)
+    assert res.stop == "converged" and 30 <= res.iterations < 200
+    assert res.ci_low >= res.median * 0.99 and res.ci_high <= res.median * 1.01
+    wide = clock(jitter(6, 2.0, 0.2))            # ±20 %: the early look cannot settle it
+    res = measure(wide.call, p)
+    assert res.iterations >= 200
+
+
+def test_early_stopping_keeps_the_median_interval_honest():
+    """Of many runs of a tight but noisy timing (true median 1 ms), those stopped before
+    min_runs still hold the true median inside ±1 % about as often as the interval promises."""
+    import statistics as st
+
+    missed = early = 0
+    for seed in range(300):
+        noise = jitter(seed, 1.0, 0.03)
+        samples, stop = [], None
+        p = LatencyProtocol(min_runs=200, min_time_s=0.0, early_runs=30)
+        fake = FakeClock(noise)
+        lat.time.perf_counter, saved = fake.perf_counter, lat.time.perf_counter
+        try:
+            samples, stop = lat.take_samples(fake.call, p)
+        finally:
+            lat.time.perf_counter = saved
+        if len(samples) < 200:
+            early += 1
+            missed += abs(st.median(samples) - 1.0) > 0.01
+    assert early > 0
+    assert missed <= 0.05 * early + 1, (missed, early)

@@ -52,7 +52,8 @@ def groups():
         data = json.loads(feed.readline() or "null")
         if data is None:
             return
-        yield ExportGroup.from_dict(data)
+        for one in data if isinstance(data, list) else [data]:   # a family: its groups in order
+            yield ExportGroup.from_dict(one)
 
 if os.environ.get("FAKE_KILLED_AT_START"):     # the first N workers: SIGKILL while importing
     count = os.environ["FAKE_STAMPS"] + ".starts"

@@ -15,7 +15,7 @@ HELP = "compare a candidate torch against a baseline; exit 1 on regression"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from harness.gate.compare import Settings
-    from harness.gate.main import GateRequest
+    from harness.gate.driver import GateRequest
 
     ratio, alpha, parity, confidence = (opts.default_of(Settings, k) for k in
                                         ("latency_threshold", "alpha", "parity_factor", "confidence"))
@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.gate.compare import Settings
-    from harness.gate.main import GateRequest, run_gate
+    from harness.gate.driver import GateRequest
+    from harness.gate.torch_gate import run_gate
 
     baseline, candidate, config = args.baseline, args.candidate, args.config
     if args.baseline_env is not None or args.candidate_env is not None:

@@ -10,13 +10,13 @@ HELP = "run the probes on the GPU runtimes and print one line per cell"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    opts.config(p, default=Path(__file__).resolve().parents[2] / "checks" / "gpu.yaml", only=False,
-                label="harness/checks/gpu.yaml")
+    opts.config(p, default=Path(__file__).resolve().parents[2] / "matrices" / "gpu.yaml", only=False,
+                label="harness/matrices/gpu.yaml")
     p.add_argument("--output", type=Path, default=None, help="run directory (default: a temporary one)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.checks.gpu import run_gpu_check
+    from harness.gpu_check import run_gpu_check
 
     return run_gpu_check(args.config, args.output)

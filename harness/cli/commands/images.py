@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the image of every environment the (filtered) plan needs; existing tags are kept."""
     from harness.envs.docker.provider import DockerProvider
     from harness.envs.provider import EnvironmentBuildError
-    from harness.pipeline import plan_for
+    from harness.matrix_run import plan_for
 
     plan = plan_for(_request(args))
     provider = DockerProvider(log=console.print)

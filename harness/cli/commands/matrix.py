@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 from harness.cli import _options as opts
 
 if TYPE_CHECKING:
-    from harness.pipeline import MatrixRequest
+    from harness.matrix_run import MatrixRequest
 
 HELP = "run a matrix"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from harness.pipeline import MatrixRequest
+    from harness.matrix_run import MatrixRequest
 
     def default(name: str) -> Any:
         return opts.default_of(MatrixRequest, name)
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _request(args: argparse.Namespace, **kw: Any) -> MatrixRequest:
-    from harness.pipeline import MatrixRequest
+    from harness.matrix_run import MatrixRequest
 
     return MatrixRequest(args.config, only=args.only, shard=getattr(args, "shard", None),
                          reports=args.reports, durations=getattr(args, "durations", "auto"),
@@ -55,9 +55,10 @@ def summary(run_dir: Path, limit: int = 10) -> list[str]:
     from harness.report.passes import summary_lines
     from harness.store.runs import load_run
 
-    records = load_run(run_dir)[1]   # with their reductions
+    meta, records = load_run(run_dir)   # records with their reductions
     counts = count_by_status(records)
     lines = [f"{len(records)} cells: " + " · ".join(f"{k} {v}" for k, v in counts.items() if v)]
+    lines += phase_lines(meta.extra.get("schedule") or {}, records)
     own = [r for r in records if r.status.is_own_error]
     if own:
         lines.append(f"{len(own)} cells have no verdict: the matrix's own code failed on them (not the "
@@ -82,9 +83,25 @@ def summary(run_dir: Path, limit: int = 10) -> list[str]:
     return lines
 
 
+def phase_lines(schedule: dict[str, Any], records: list[Any]) -> list[str]:
+    """How long each phase took, the latency phase's share, and how the exported files were made
+    (one capture shared by the opsets of a case, release and options, or one export each)."""
+    from collections import Counter
+
+    lines = []
+    verdicts, latency = schedule.get("verdict_phase_s"), schedule.get("latency_phase_s")
+    if isinstance(verdicts, (int, float)) and isinstance(latency, (int, float)) and verdicts + latency > 0:
+        lines.append(f"phases: verdicts {verdicts:.0f} s · latency {latency:.0f} s "
+                     f"({latency / (verdicts + latency):.0%} of the two)")
+    made = Counter((r.export_made or {}).get("how") for r in records if r.exporter == "dynamo" and r.export_made)
+    if made:
+        lines.append("dynamo exports: " + " · ".join(f"{how} {n} cells" for how, n in made.most_common()))
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.cli.logger import result, say
-    from harness.pipeline import run_matrix
+    from harness.matrix_run import run_matrix
 
     run_dir = run_matrix(_request(args, output=args.output, provider=args.provider, resume=args.resume,
                                     force_resume=args.force_resume, jobs=args.jobs, fresh=args.fresh,

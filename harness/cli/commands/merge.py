@@ -21,8 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.run_workflow import finish_merged
     from harness.store.merge import merge_runs
-    from harness.workflow import finish_merged
 
     if args.wait < 0:
         raise ConfigError(f"--wait: expected seconds >= 0 (got {args.wait})")

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.matrix.engines import github_matrix, plan_document, render_k8s
     from harness.matrix.shards import balance, shard_count
-    from harness.pipeline import load_request_matrix, plan_for, plan_shards
+    from harness.matrix_run import load_request_matrix, plan_for, plan_shards
 
     if args.shard and args.shards is not None:
         raise ConfigError("plan: give --shard K/N (one shard's cells) or --shards N (the split), not both")

@@ -36,9 +36,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import exception_chain
 from harness.core.paths import HARNESS_DIR
 from harness.core.record import (
     EXPORTER_REPOSITORIES,
@@ -56,6 +58,8 @@ from harness.worker.diagnose.onnx_reference import (  # noqa: F401 (REFERENCE_* 
 from harness.worker.diagnose.onnx_reference import (
     library_file as _library_file,
 )
+from harness.worker.diagnose.step_blame import blame_pipeline
+from harness.worker.parity import first_difference
 
 REFERENCE_CAP_S = 30.0
 # Export failures raised by a guard or constraint of the model's own Python.
@@ -80,15 +84,6 @@ def _source_line(path: str, line: int) -> str:
     except (OSError, IndexError):
         text = ""
     return f"{path}:{line}" + (f": {text}" if text else "")
-
-
-def exception_chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its ``raise ... from`` causes, outermost first."""
-    chain, seen = [exc], {id(exc)}
-    while (nxt := chain[-1].__cause__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        chain.append(nxt)
-    return chain
 
 
 def model_location(chain: list[BaseException]) -> str | None:
@@ -160,21 +155,6 @@ def size_to_constant_lines(model: Any) -> list[str]:
 
 # ---- the rungs ---------------------------------------------------------------------------------
 
-def _compare(references: list[list[Any]], outputs: list[list[Any]], atol: float, rtol: float,
-             floors: list[Any] | None = None) -> str | None:
-    """None when every shape agrees with eager, else what differs first; judged as the cell was
-    (``floors``: the model's own noise per shape, ``harness.worker.noise``)."""
-    from harness.worker.parity import ParityError, compare_outputs
-
-    for i, (ref, out) in enumerate(zip(references, outputs)):
-        try:
-            compare_outputs(ref, out, atol, rtol, "example shape" if i == 0 else "second shape",
-                            floors[i] if floors is not None and i < len(floors) else None)
-        except ParityError as exc:
-            return str(exc)
-    return None
-
-
 def _rung(name: str, outcome: str, detail: str = "", seconds: float | None = None) -> dict[str, Any]:
     out = {"rung": name, "outcome": outcome, "detail": detail[:400]}
     if seconds is not None:
@@ -191,7 +171,7 @@ def _judge(name: str, run_shapes, references, atol, rtol, floors=None) -> dict[s
         outputs = run_shapes()
     except Exception as exc:  # noqa: BLE001 - a rung's failure is evidence, not the cell's
         return _rung(name, "fails", short_error(exc), time.perf_counter() - t0)
-    differs = _compare(references, outputs, atol, rtol, floors)
+    differs = first_difference(references, outputs, atol, rtol, floors)
     return _rung(name, "differs" if differs else "agrees", differs or "", time.perf_counter() - t0)
 
 
@@ -234,7 +214,7 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
     seconds = time.perf_counter() - t0
     if result.get("error"):   # the file fails in the reference at a shape eager accepts
         return _rung("onnx-reference", "fails", result["error"], seconds)
-    differs = _compare(references, outputs, atol, rtol, floors)
+    differs = first_difference(references, outputs, atol, rtol, floors)
     return _rung("onnx-reference", "differs" if differs else "agrees", differs or "", seconds)
 
 
@@ -274,21 +254,17 @@ def _reference_main(folder: Path) -> None:
 
 def _ort_rung(name: str, model_path: Path, level: str, feeds, references, atol, rtol, threads,
               floors=None) -> dict[str, Any]:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return _rung(name, "unavailable", "onnxruntime is not installed in this environment")
-    from harness.runtimes.base import match_feeds
+    from harness.runtimes.base import LoadOptions, match_feeds
+    from harness.runtimes.ort_cpu import OrtCpuAdapter
+
+    if why := OrtCpuAdapter.unavailable_reason():
+        return _rung(name, "unavailable", why)
 
     def run_shapes():
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-        so.log_severity_level = 4
-        if threads:
-            so.intra_op_num_threads = int(threads)
-        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-        names = [i.name for i in sess.get_inputs()]
-        return [[__import__("numpy").asarray(o) for o in sess.run(None, match_feeds(f, names))] for f in feeds]
+        load = LoadOptions(graph_optimizations=level != "ORT_DISABLE_ALL")
+        with OrtCpuAdapter(model_path, threads=threads, load=load) as adapter:
+            names = adapter.input_names()
+            return [[__import__("numpy").asarray(o) for o in adapter.infer(match_feeds(f, names))] for f in feeds]
 
     return _judge(name, run_shapes, references, atol, rtol, floors)
 
@@ -419,8 +395,26 @@ def diagnose(ctx: Any, cell: Any, rec: Record) -> None:
         why = f"the blame ladder itself failed: {type(exc).__name__}: {exc}"[:300]
         rec.blame = Blame("unknown", why)
         rec.pass_not_run("blame", why)   # said in run.json and the reports, not only here
+    else:
+        layer_blame(ctx, cell, rec)
     rec.blame.seconds = round(time.perf_counter() - t0, 3)
     rec.duration_s = {**rec.duration_s, "blame": rec.blame.seconds}
+
+
+def layer_blame(ctx: Any, cell: Any, rec: Record) -> None:
+    """The layer of the stack on the ladder's blame (``harness.worker.diagnose.layers``); its own
+    failure leaves the ladder's party and says so."""
+    from harness.worker.diagnose.layers import refine
+
+    t0 = time.perf_counter()
+    try:
+        refine(ctx, cell, rec, rec.blame)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the verdict
+        traceback.print_exc()
+        rec.blame.layer, rec.blame.kind = "undetermined", "undetermined"
+        rec.blame.experiments.append({"experiment": "layer", "outcome": "not run",
+                                      "detail": f"{type(exc).__name__}: {exc}"[:300]})
+    rec.duration_s = {**rec.duration_s, "layer": round(time.perf_counter() - t0, 3)}
 
 
 def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
@@ -440,11 +434,14 @@ def _diagnose(ctx: Any, cell: Any, rec: Record) -> Blame:
             blame.reason = (f"torch.export fixed {fact['dim']} to {fact['value']} at {fact['source']}: "
                             f"{fact['remedy']}")
         return blame
+    if (step := blame_pipeline(rec)) is not None:   # a post-export step's library
+        return step
     if rec.stage == "check":
         return Blame("exporter", f"the ONNX checker rejects the exported file: {rec.error or ''}"[:300],
                      EXPORTER_REPOSITORIES.get(rec.exporter, "pytorch/pytorch"),
                      [_rung("onnx-checker", "fails", rec.error or "")])
-    atol, rtol = ctx.spec.atol, ctx.spec.rtol
+    judge = getattr(ctx.group, "judge", None) or {}   # a pipeline's file: judged as its cell is
+    atol, rtol = judge.get("atol", ctx.spec.atol), judge.get("rtol", ctx.spec.rtol)
     feeds, references = ctx.feeds, ctx.references
     # Every fp32 rung is judged as the cell is: atol / rtol and the model's own noise.
     floors_of = getattr(ctx, "floors", None)

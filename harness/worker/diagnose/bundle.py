@@ -52,5 +52,12 @@ def write_bundle(ctx: GroupContext, rec: Record, bundle_dir: Path, log_path: Pat
     except Exception as exc:  # noqa: BLE001 - the bundle's extras never cost the cell its record
         traceback.print_exc()
         rec.pass_not_run("bundle", f"repro.py, ISSUE.md or the test data not written: {type(exc).__name__}: {exc}")
+    pipeline = (rec.graph or {}).get("pipeline") or {}
+    if rec.stage == "step" and pipeline.get("failed_index") is not None:
+        # model.onnx is the file before the failing step: repro.py runs that step alone.
+        from harness.worker.steps import repro_script
+
+        step = ctx.group.steps[pipeline["failed_index"]]
+        (bundle_dir / "repro.py").write_text(repro_script(step, pipeline.get("name", ""), Path(ctx.job.base_dir)))
     rec.repro = (f"PYTHONPATH={shlex.quote(str(import_root()))} {shlex.quote(sys.executable)} "
                  f"-m {WORKER_MODULE} --job {shlex.quote(str(bundle_dir / 'cell.json'))} --print")

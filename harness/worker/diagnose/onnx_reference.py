@@ -2,6 +2,8 @@
 and which stack frames are library code rather than the model's own (worker side)."""
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from harness.core.record import SPEC_REPOSITORY
@@ -14,11 +16,39 @@ REFERENCE_MAX_BYTES = 512 * 2**20     # file plus external data
 REFERENCE_GAPS = {("LSTM", 4): "sequence_lens", ("GRU", 4): "sequence_lens", ("RNN", 4): "sequence_lens"}
 
 
+def torch_relative(path: str) -> bool:
+    """A path torch prints relative to its own package (``_export/non_strict_utils.py``,
+    ``_ops.py``, ``fx/experimental/symbolic_shapes.py``): a file of the installed torch."""
+    norm = path.replace("\\", "/")
+    if not norm or norm.startswith(("/", "<", ".")) or ":" in norm[:3]:
+        return False
+    torch = sys.modules.get("torch")
+    root = os.path.dirname(getattr(torch, "__file__", "") or "") if torch is not None else ""
+    if root and os.path.exists(os.path.join(root, norm)):
+        return True
+    # Without torch at hand: torch's own top-level files and folders.
+    return norm.split("/", 1)[0] in _TORCH_TOP
+
+
+_TORCH_TOP = {"_export", "_ops.py", "fx", "_dynamo", "_subclasses", "export", "onnx", "_refs", "_decomp",
+              "_prims", "_prims_common", "nn", "utils", "_higher_order_ops", "_functorch", "_inductor",
+              "_library", "_tensor.py", "functional.py", "__init__.py", "_guards.py", "_logging", "jit"}
+
+
 def library_file(path: str) -> bool:
-    """Frames of torch, the harness or the interpreter: not the model's own code."""
+    """Frames of torch, the harness or the interpreter: not the model's own code (torch's own
+    paths count also where torch prints them relative to its package)."""
     norm = path.replace("\\", "/")
     return ("/torch/" in norm or "/harness/" in norm or norm.startswith("<")
-            or "/onnxscript/" in norm or "/onnx/" in norm or "/python3." in norm and "site-packages" not in norm)
+            or "/onnxscript/" in norm or "/onnx/" in norm or "/python3." in norm and "site-packages" not in norm
+            or torch_relative(norm))
+
+
+def model_file(path: str) -> bool:
+    """Frames of the model's own code: not a library's, where the built-in probes
+    (``harness/probes/``) count as models (they stand for the user's)."""
+    norm = path.replace("\\", "/")
+    return "/harness/probes/" in norm or not library_file(norm)
 
 
 def reference_gap(model_path: Path) -> str | None:

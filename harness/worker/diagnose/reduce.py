@@ -128,8 +128,11 @@ def layerwise_values(model_path: Path, feeds: dict[str, np.ndarray], deadline: f
     """Every tensor ONNX Runtime (CPU) computes from ``feeds`` on the original file, up to the
     first node that fails there: the longest prefix of the (topologically ordered) nodes that
     runs, found by bisection."""
+    import tempfile
+
     import onnx
-    import onnxruntime as ort
+
+    from harness.runtimes.ort_cpu import OrtCpuAdapter
 
     model = onnx.load(str(model_path))
     try:
@@ -158,23 +161,27 @@ def layerwise_values(model_path: Path, feeds: dict[str, np.ndarray], deadline: f
                 names.append(name)
         if not names:
             return {}
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        sess = ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return dict(zip(names, sess.run(names, use)))
-
-    try:
-        return {**use, **run_prefix(len(nodes))}
-    except Exception:  # noqa: BLE001 - the whole graph fails here: find the longest prefix that runs
-        pass
-    lo, hi, best = 0, len(nodes) - 1, {}
-    while lo <= hi and time.monotonic() < deadline:
-        mid = (lo + hi) // 2
+        path = Path(tmp) / f"prefix_{k}.onnx"
+        onnx.save(m, str(path))
         try:
-            best = run_prefix(mid)
-            lo = mid + 1
-        except Exception:  # noqa: BLE001 - the prefix fails to run whatever the cause: search shorter
-            hi = mid - 1
+            with OrtCpuAdapter(path) as adapter:   # the graph outputs, in order: ``names``
+                return dict(zip(names, adapter.infer(use)))
+        finally:
+            path.unlink(missing_ok=True)
+
+    with tempfile.TemporaryDirectory(prefix="harness-layerwise-") as tmp:
+        try:
+            return {**use, **run_prefix(len(nodes))}
+        except Exception:  # noqa: BLE001 - the whole graph fails here: find the longest prefix that runs
+            pass
+        lo, hi, best = 0, len(nodes) - 1, {}
+        while lo <= hi and time.monotonic() < deadline:
+            mid = (lo + hi) // 2
+            try:
+                best = run_prefix(mid)
+                lo = mid + 1
+            except Exception:  # noqa: BLE001 - the prefix fails to run whatever the cause: search shorter
+                hi = mid - 1
     return {**use, **best}
 
 
@@ -211,6 +218,7 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
     import onnx
 
     from harness.runtimes import load_adapter
+    from harness.runtimes.base import ActiveAdapters
     from harness.worker.parity import ParityError, compare_outputs
 
     values = values or TensorStore.load(Path(spec.values))
@@ -223,13 +231,13 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
     relaxed = Path(path).with_name(Path(path).stem + ".checked.onnx")
     onnx.save(relax_inputs(model, feeds, set(spec.original_inputs)), str(relaxed))
     stage, failure = spec.failure.stage, spec.failure
-    adapter = None
+    active = ActiveAdapters()   # a candidate's adapter that will not close says nothing of it
     try:
         try:
             adapter = load_adapter(spec.runtime)(relaxed, threads=spec.threads, precision=spec.precision,
                                                  options=spec.runtime_options)
             adapter.prepare([{n: tuple(v.shape) for n, v in feeds.items()}])
-            adapter.activate()
+            active.enter_context(adapter)
         except Exception as exc:  # noqa: BLE001 - the check classifies every failure
             if stage == Stage.LOAD.value and failure.matches(exc):
                 return SAME, f"fails at load: {_short(exc)}"
@@ -260,11 +268,7 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
             return SAME, f"fails at parity: {exc}"
         return PASSES, "matches the reference"
     finally:
-        if adapter is not None:
-            try:
-                adapter.deactivate()
-            except Exception:  # noqa: BLE001 - a candidate's adapter that will not close says nothing of it
-                pass
+        active.close()
         relaxed.unlink(missing_ok=True)
 
 

@@ -220,7 +220,7 @@ def repro_script(ctx: Any, cell: Any, rec: Record, copy_to: Path | None = None) 
         outputs = list(named)
     args, kwargs, _ = export_arguments(spec, g.exporter, g.opset, dynamic=opts.dynamic,
                                        constant_folding=opts.constant_folding, outputs=outputs,
-                                       dim_policy=opts.dim_policy)
+                                       dim_policy=opts.dim_policy, switches=opts.switches())
     src = ArgumentSource(tensor_names(spec.example), "x")
     args_src = src(tuple(args))
     kwargs_src = ", ".join(f"{k}={src(v)}" for k, v in kwargs.items())
@@ -286,13 +286,15 @@ _WHAT = {"export": "torch.onnx.export fails", "check": "the exported file fails 
 
 
 def issue_text(rec: Record, repro_note: str | None, data_sets: list[str],
-               tolerance: tuple[Any, Any] = (None, None)) -> str:
+               tolerance: tuple[Any, Any] = (None, None), layer_lines: list[str] | None = None) -> str:
     """ISSUE.md: every text from the run (names, errors, blame, paths) either escaped on one line
     (``md_text``: no raw HTML or control character) or verbatim inside a code block whose fence
     no backtick run in it can close (``md_fenced``)."""
     blame = rec.blame
     party = md_text(blame.party if blame else "unknown")
     where = f" · report to {md_text(blame.repository)}" if blame and blame.repository else ""
+    if blame and blame.kind == "documented limitation":
+        where += " · a documented limitation, not a bug"
     what = _WHAT.get(rec.stage or "", "fails").format(runtime=rec.runtime)
     title = f"[{rec.exporter} exporter, opset {rec.opset}] {rec.case}: {what} (torch {rec.torch})"
     lines = [f"# {md_text(title)}", "", f"Blamed party: **{party}**{where}.", "", "## Versions", "",
@@ -318,6 +320,7 @@ def issue_text(rec: Record, repro_note: str | None, data_sets: list[str],
             else:
                 lines.append(md_text(d.get("reason", "")))
             lines.append("")
+    lines += layer_lines or []
     lines += ["## Steps", ""]
     if repro_note is None:
         lines += ["```", "python repro.py", "```", "",
@@ -354,7 +357,13 @@ def write_upstream(ctx: Any, rec: Record, bundle_dir: Path) -> None:
     except Exception:  # noqa: BLE001 - a bundle without test data still holds the model and repro.py
         data_sets = []
     tolerance = (ctx.spec.atol, ctx.spec.rtol) if getattr(ctx, "spec", None) is not None else (None, None)
-    (bundle_dir / ISSUE).write_text(issue_text(rec, note, data_sets, tolerance), encoding="utf-8",
+    try:
+        from harness.worker.diagnose.layer_issue import layer_repro
+
+        layer_lines = layer_repro(ctx, rec, bundle_dir)   # the blamed layer's own repro and note
+    except Exception:  # noqa: BLE001 - the ISSUE.md is still written, without the layer's part
+        layer_lines = []
+    (bundle_dir / ISSUE).write_text(issue_text(rec, note, data_sets, tolerance, layer_lines), encoding="utf-8",
                                     errors=ENCODE_ERRORS)
     if note:
         (bundle_dir / "repro.json").write_text(json.dumps({"repro": None, "why": note}))

@@ -1,6 +1,6 @@
 """The one run workflow: a plan → a finished, rendered run directory.
 
-Every command that runs cells goes through here: the matrix command (``harness.pipeline``),
+Every command that runs cells goes through here: the matrix command (``harness.matrix_run``),
 the gate and bisect (``harness.gate.sources.run_cells``), and ``merge`` for shard runs. Each
 step is one call: ``execute`` (the run core and its optional passes: runtime releases, reduced
 graphs when the matrix asks for them; run.json complete, with every pass that could not be made,

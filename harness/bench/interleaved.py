@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.checks.bench_env import env_json
+from harness.bench.env import env_json
 from harness.envs.provider import harness_process_env
 
 AB_RUNS = 20                  # gate comparisons per pair and machine state

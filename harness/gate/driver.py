@@ -1,13 +1,9 @@
-"""Upgrade gate: does bumping torch from a baseline to a candidate break or slow down any cell?
-
-Resolve both sides (stored runs, or a torch version whose missing cells are run now), compare
-per cell, time the cells whose stored latencies differ interleaved (``harness.gate.retime``: the
-verdict on latency comes from there, never from two stored medians), then write markdown, JUnit
-XML and JSON. Exit 0: no regression; 1: at
-least one; 2: the gate cannot tell: bad arguments or configuration, identical sides, a torch
-version the package index does not have (resolved for both sides before anything runs), an
-environment that could not be built (raised as ConfigError for the CLI to map; the CLI maps any
-other error to 2 as well).
+"""The gate driver: every gate (the torch gate, ``harness.gate.torch_gate``; the package gate,
+``packages``; the gate between two environments, ``environments``) plans its two sides its own way
+and hands them here: compare per cell, time the cells whose stored latencies differ interleaved
+(``harness.gate.retime``: the verdict on latency comes from there, never from two stored
+medians), then write markdown, JUnit XML and JSON. Exit 0: no regression; 1: at least one; 2: the
+gate cannot tell (bad settings, too little compared).
 """
 from __future__ import annotations
 
@@ -19,20 +15,10 @@ from harness.console import console
 from harness.gate.compare import CellComparison, Coverage, Settings, compare_sides, deploy_problem
 from harness.gate.output import write_outputs
 from harness.gate.retime import SideSource, retime
-from harness.gate.sources import (
-    PendingSide,
-    Side,
-    check_environments,
-    complete_side,
-    plan_version_side,
-    run_side_or_none,
-    same_side,
-    version_plan,
-)
-from harness.matrix.config import Matrix, load_matrix
+from harness.gate.sources import Side, check_environments
+from harness.matrix.config import Matrix
 from harness.matrix.rules import ConfigError
 from harness.run.annotate import Annotator
-from harness.store.provenance import fingerprint
 
 
 @dataclass
@@ -64,25 +50,6 @@ def check_settings(settings: Settings, remeasure: int) -> None:
         raise ConfigError(f"--min-compared must be between 0 and 1 (got {settings.min_compared})")
 
 
-def check_installable(pending: dict[str, PendingSide], matrix: Matrix, req: GateRequest) -> None:
-    """Resolve the environments of every cell either side still has to run, both sides before
-    anything runs: a torch the index does not have is exit 2, never a side of failures."""
-    from harness.envs import make_provider
-    from harness.envs.resolve import preflight
-    from harness.matrix.plan import Plan
-
-    listed = {t.version for t in matrix.torch}
-    envs = [e for p in pending.values() for e in p.missing.environments]
-    if not envs:
-        return
-    provider = make_provider(req.provider, log=lambda *a, **k: None)
-    # A version the file does not list is named by the option that asked for it.
-    keys = {p.side.torch: f"--{which} {p.side.torch}" for which, p in pending.items()
-            if p.side.torch not in listed}
-    preflight(Plan(matrix, envs), req.config, skip=provider.skip_reason,
-              ready=getattr(provider, "is_ready", lambda spec: False), torch_key=keys)
-
-
 def gate_folder(req: GateRequest) -> Path:
     """Where a gate writes its reports: ``--output``, else a new folder under the store's gates/."""
     return req.output or req.reports / "gates" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -100,31 +67,6 @@ def judge(sides: dict[str, Side], matrices: dict[str, Matrix], matrix: Matrix, r
     retime(cells, [SideSource(which, sides[which], matrices[which]) for which in ("baseline", "candidate")],
            req, out, current)
     return conclude(cells, base, cand, req.settings, out, current, req.remeasure)
-
-
-def run_gate(req: GateRequest) -> int:
-    """Compare the two sides and write the reports; 0 no regression, 1 regression. Anything
-    that keeps the gate from comparing (arguments, config, an environment) raises ConfigError."""
-    from harness.envs.existing import probe_matrix
-
-    check_settings(req.settings, req.remeasure)
-    matrix = probe_matrix(load_matrix(req.config), req.config)   # existing environments name their release
-    current = fingerprint(matrix, req.config)
-    out = gate_folder(req)
-    refs = {"baseline": req.baseline, "candidate": req.candidate}
-    runs = {which: run_side_or_none(ref, req.reports) for which, ref in refs.items()}
-    if same_side(runs["baseline"], runs["candidate"], req.baseline, req.candidate):
-        raise ConfigError(f"--baseline {req.baseline} and --candidate {req.candidate} are the same "
-                          "results: expected two different torch versions or runs to compare")
-    for which, ref in refs.items():
-        if runs[which] is None and not version_plan(matrix, ref)[1].cells:
-            raise ConfigError(f"{req.config}: no cells for torch {ref} (check exclude/include)")
-    pending = {which: plan_version_side(ref, matrix, req.config, req.reports, current)
-               for which, ref in refs.items() if runs[which] is None}
-    check_installable(pending, matrix, req)
-    sides = {which: runs[which] or complete_side(pending[which], req.config, req.reports, req.provider,
-                                                 current) for which in refs}
-    return judge(sides, {"baseline": matrix, "candidate": matrix}, matrix, req, out, current)
 
 
 def conclude(cells: list[CellComparison], base: Side, cand: Side, settings: Settings, out: Path,

@@ -1,6 +1,6 @@
-"""The binding floor (harness/runtimes/floor.py, latency.runtime_floor) and what a real worker job
-records with the adaptive protocol: interval, stop reason, floor, a bounded sample; the report
-shows a sub-0.1 ms latency against its floor."""
+"""The binding overhead (harness/runtimes/binding_overhead.py, latency.binding_overhead) and what a
+real worker job records with the adaptive protocol: interval, stop reason, binding overhead (stored
+as ``floor_ms``), a bounded sample; the report shows a sub-0.1 ms latency against its overhead."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +13,7 @@ from harness.core.job import CellJob, ExportGroup, Job, LatencyProtocol
 from harness.core.record import Record
 from harness.core.status import Status
 from harness.runtimes.base import RuntimeAdapter
-from harness.runtimes.floor import identity_call, write_identity_model
+from harness.runtimes.binding_overhead import identity_call, write_identity_model
 from harness.worker import latency
 
 RUNTIMES = [name for name, module in (("ort-cpu", "onnxruntime"), ("openvino", "openvino"))
@@ -46,14 +46,14 @@ class Unloadable(RuntimeAdapter):
         return []
 
 
-def test_a_runtime_whose_floor_cannot_be_measured_gets_none_not_a_failure(monkeypatch, capsys):
-    monkeypatch.setattr(latency, "_FLOORS", {})
-    assert latency.runtime_floor(Unloadable, QUICK, 1) is None
-    assert "binding floor of unloadable not measured" in capsys.readouterr().out
+def test_a_runtime_whose_overhead_cannot_be_measured_gets_none_not_a_failure(monkeypatch, capsys):
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
+    assert latency.binding_overhead(Unloadable, QUICK, 1) is None
+    assert "binding overhead of unloadable not measured" in capsys.readouterr().out
 
 
-def test_floor_is_measured_once_per_runtime_and_thread_count(monkeypatch):
-    monkeypatch.setattr(latency, "_FLOORS", {})
+def test_overhead_is_measured_once_per_runtime_and_thread_count(monkeypatch):
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
     calls = []
 
     class Counting(Unloadable):
@@ -62,18 +62,18 @@ def test_floor_is_measured_once_per_runtime_and_thread_count(monkeypatch):
         def activate_impl(self) -> None:
             calls.append(self.threads)
 
-    assert latency.runtime_floor(Counting, QUICK, 1) > 0
-    latency.runtime_floor(Counting, QUICK, 1)
-    latency.runtime_floor(Counting, QUICK, 2)
+    assert latency.binding_overhead(Counting, QUICK, 1) > 0
+    latency.binding_overhead(Counting, QUICK, 1)
+    latency.binding_overhead(Counting, QUICK, 2)
     assert calls == [1, 2]
 
 
 @pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
-def test_a_worker_job_records_interval_stop_floor_and_a_bounded_sample(tmp_path, monkeypatch):
+def test_a_worker_job_records_interval_stop_overhead_and_a_bounded_sample(tmp_path, monkeypatch):
     from harness.report.markdown import render_markdown
     from harness.worker.main import run_job
 
-    monkeypatch.setattr(latency, "_FLOORS", {})
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
     case = tmp_path / "cases.py"
     case.write_text("import torch\n"
                     "def lin():\n"
@@ -91,11 +91,12 @@ def test_a_worker_job_records_interval_stop_floor_and_a_bounded_sample(tmp_path,
         assert lat.ci_low <= lat.median <= lat.ci_high and lat.confidence == 0.95
         assert lat.stop in ("converged", "time_cap") and lat.iterations >= 200
         assert lat.warmup_iterations >= 10 and lat.warmup_stable is not None
-        assert lat.floor_ms is not None and 0 < lat.floor_ms
+        assert lat.binding_overhead_ms is not None and 0 < lat.binding_overhead_ms
+        assert rec.to_dict()["latency_ms"]["floor_ms"] == lat.binding_overhead_ms   # schema v1's key
         assert len(lat.samples) == min(lat.iterations, 1000)
         assert len(json.dumps(rec.to_dict())) < 50_000
-    # A linear layer of 4 → 3 runs in microseconds: the matrix shows it against its floor.
+    # A linear layer of 4 → 3 runs in microseconds: the matrix shows it against its binding overhead.
     md = render_markdown(records)
     for rec in records:
-        assert f"{rec.latency_ms.median:.3g} ms (floor {rec.latency_ms.floor_ms:.2g})" in md
+        assert f"{rec.latency_ms.median:.3g} ms (floor {rec.latency_ms.binding_overhead_ms:.2g})" in md
     assert "identity model" in md

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checks.bench import bench_plan_scaling
+from harness.bench.suite import bench_plan_scaling
 from harness.matrix.config import ConfigError, load_matrix
 
 

@@ -1,6 +1,6 @@
 """One matrix run from start to end: load and validate → plan (filter, shard) → execute → render.
 
-What ``python -m harness matrix`` does, and what the checks (``bench``, ``gpu``) reuse. Sharding
+What ``python -m harness matrix`` does, and what the bench and the GPU check reuse. Sharding
 reads the durations of previous runs here (the store is a later layer than the planner) and
 hands them to ``harness.matrix.shards`` as plain data.
 """
@@ -122,7 +122,7 @@ def run_matrix(req: MatrixRequest) -> Path:
     nothing built. A shard run records in run.json which shard of which plan and split it is
     (``shard``), so ``harness merge`` can tell a missing, repeated or foreign shard."""
     from harness.run.context import RunRequest
-    from harness.workflow import run_plan
+    from harness.run_workflow import run_plan
 
     req = replace(req, config=shipped_matrix(req.config))
     check_output(req.output)

@@ -7,17 +7,23 @@ assertions in tests. In one run:
 - latency accuracy: the harness's median (runtime adapter + adaptive protocol, as a matrix cell
   records it) against a bare ONNX Runtime loop and against OpenVINO's ``benchmark_app``, on a
   millisecond-scale convnet and on a micro model, each measured in ``REPEATS`` fresh processes
-  (interleaved), with the run-to-run spread of the process medians and the binding floor;
+  (interleaved), with the run-to-run spread of the process medians and the binding overhead;
 - a small matrix (bench.yaml, ``--only``) run four times into a temporary store: first run vs
   a re-run served by the cell cache (wall-time ratio, same verdicts), and ``--fresh`` with
   ``--jobs 1`` vs ``--jobs 2`` (verdict phase and latency phase wall times, speed-up of parallel
   verdicts, same verdicts);
-- warm environment reuse and the latency loop's own floor (a no-op);
+- warm environment reuse and the latency loop's own overhead (timing a no-op);
 - loading and planning a matrix of 10,000 and 100,000 case entries (seconds, growth).
 - the blame ladder's cost (``blame_cost``): seconds per failing cell, nothing on passing cells.
-  ``python -m harness.checks.bench blame-cost RUN_DIR`` prints it for any finished run.
+  ``python -m harness.bench.suite blame-cost RUN_DIR`` prints it for any finished run.
+- blame accuracy (``blame_accuracy``): the labelled failing cells' matrix (``blame_labels.yaml``)
+  run fresh, its blames' party, repository, layer and kind scored against
+  ``tests/fixtures/blame_labels.jsonl``, and the layer experiments' seconds per failing cell;
 - the gate's interleaved latency comparison (``bench_interleaved``): false "slower" on equal
   files and detection of a 1.3x file, quiet and with one core kept busy, and its seconds;
+- the default matrix (``bench_breakdown``): matrix.yaml cold and warm, each broken down
+  (environments, export by exporter, check, blame, latency and its share, rendering), and capture
+  reuse against the per-opset export measured side by side in one process per torch release;
 - process isolation (``harness.worker.group_process``): the start cost of a group's process forked from the
   warm worker, against a group run in the long-lived worker and a cold ``python -c "import
   torch"``, and the small matrix's verdict phase with a fresh process per group against the
@@ -26,9 +32,7 @@ assertions in tests. In one run:
 from __future__ import annotations
 
 import json
-import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -39,7 +43,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.checks.bench_env import env_json
+from harness.bench.blame_accuracy import rows as blame_rows
+from harness.bench.env import env_json
+from harness.bench.runs import VERDICT_STAGES, bench_matrix_run
 from harness.core.job import LatencyProtocol
 from harness.core.record import Record, read_records
 from harness.core.status import Stage
@@ -51,12 +57,11 @@ from harness.matrix.plan import build_plan
 from harness.matrix.rules import ConfigError, parse_only
 from harness.worker.latency import measure
 
-BENCH_MATRIX = Path(__file__).with_name("bench.yaml")
+BENCH_MATRIX = Path(__file__).resolve().parent.parent / "matrices" / "bench.yaml"
 REPEATS = 5                   # fresh processes per model and method
 BENCHMARK_APP_S = 3           # benchmark_app -t
 TARGET = 0.03                 # the issue's targets: medians within ±3 %, spread <= 3 %
 NOT_MEASURED = "not measured in this bench run"
-VERDICT_STAGES = [s.value for s in Stage if s is not Stage.LATENCY]
 
 
 # -- latency accuracy -------------------------------------------------------------------------
@@ -122,7 +127,8 @@ def summarize_accuracy(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "spread": {m: round(spread(v), 4) for m, v in medians.items()},
         "ratio_harness_ort_vs_bare": round(mid["harness ort-cpu"] / mid["bare ort loop"], 4),
         "ratio_harness_openvino_vs_benchmark_app": round(mid["harness openvino"] / mid["benchmark_app"], 4),
-        "floor_ms": {m: statistics.median(r["floor_ms"] for r in runs[m] if r.get("floor_ms") is not None)
+        "binding_overhead_ms": {m: statistics.median(r["binding_overhead_ms"] for r in runs[m]
+                                                     if r.get("binding_overhead_ms") is not None)
                      for m in ("harness ort-cpu", "harness openvino")},
         "harness_stops": sorted({r["stop"] for r in harness}),
         "harness_iterations": [r["iterations"] for r in harness],
@@ -131,53 +137,6 @@ def summarize_accuracy(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 # -- a small matrix: parallel vs serial verdicts, cold vs cached ------------------------------
-def phases(records: list[Record]) -> dict[str, float]:
-    """Stage seconds summed from the records (cells taken from the cache left out): the verdict
-    stages (export and check once per export group, then load/run/parity per cell) and latency.
-    Worker time, not wall time: with parallel verdicts their wall time is the run's ``schedule``."""
-    groups: dict[tuple, float] = {}
-    cells = latency = 0.0
-    for r in records:
-        if r.cached_from:
-            continue
-        group = (r.torch, r.case, r.exporter, r.opset, r.key.options.label)
-        groups[group] = sum(r.duration_s.get(s, 0.0) for s in (Stage.EXPORT.value, Stage.CHECK.value))
-        cells += sum(r.duration_s.get(s, 0.0) for s in VERDICT_STAGES
-                     if s not in (Stage.EXPORT.value, Stage.CHECK.value))
-        latency += r.duration_s.get(Stage.LATENCY.value, 0.0)
-    return {"verdict_stages_s": round(sum(groups.values()) + cells, 2), "latency_stages_s": round(latency, 2)}
-
-
-def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
-                     env: dict[str, str] | None = None) -> tuple[dict[str, Any], list[Record]]:
-    """Run a small real matrix into ``reports``; wall time, phases (wall and summed stage time),
-    cells taken from the cache, peak RSS of the workers."""
-    t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix",
-                           "--config", str(config), "--only", only, *args], check=True, capture_output=True,
-                          text=True, env=None if env is None else {**os.environ, **env})
-    wall = time.perf_counter() - t0
-    out = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: ")))
-    peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    records = read_records(out / "results.jsonl")
-    schedule = json.loads((out / "run.json").read_text()).get("schedule", {})
-    lat = [r.latency_ms for r in records if r.latency_ms and not r.cached_from]
-    stats = {
-        "args": " ".join(args), "cells": len(records), "wall_s": round(wall, 2),
-        "per_cell_s": round(wall / max(len(records), 1), 3),
-        "jobs": schedule.get("jobs"), "cached": schedule.get("cached"),
-        "verdict_phase_s": schedule.get("verdict_phase_s"), "latency_phase_s": schedule.get("latency_phase_s"),
-        **phases(records),
-        "peak_worker_rss_mb": round(peak_kb / 1024, 1),
-        "results_kb": round((out / "results.jsonl").stat().st_size / 1024, 1),
-        "largest_record_kb": round(max((len(r.to_json()) for r in records), default=0) / 1024, 1),
-        "latency_stops": {s: sum(1 for x in lat if x.stop == s) for s in sorted({x.stop for x in lat if x.stop})},
-        "latency_cv_median": round(statistics.median(x.cv for x in lat), 4) if lat else None,
-    }
-    return stats, records
-
-
 def blame_cost(records: list[Record]) -> dict[str, Any]:
     """What the blame ladder cost in a run: per failing cell (its ``duration_s['blame']``, the
     ladder with its reference subprocess and, for exporter-blamed parity failures, the first
@@ -393,7 +352,7 @@ def isolation_rows(iso: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-# -- environments and the loop's own floor -------------------------------------------------------
+# -- environments and the loop's own overhead ---------------------------------------------------
 def bench_env_reuse(config: Path, only: str, repeats: int = 5) -> dict[str, Any]:
     """Time VenvProvider.ensure on environments that already exist (the warm path)."""
     provider = VenvProvider(log=lambda *a: None)
@@ -413,7 +372,7 @@ def bench_env_reuse(config: Path, only: str, repeats: int = 5) -> dict[str, Any]
 
 
 def bench_timing_overhead() -> dict[str, Any]:
-    """Cost of the latency protocol's own loop, timing a no-op (the floor of any measurement)."""
+    """Cost of the latency protocol's own loop, timing a no-op (what any measurement includes)."""
     res = measure(lambda: None, LatencyProtocol())
     return {"noop_median_us": round(res.median * 1e3, 3), "iterations": res.iterations}
 
@@ -427,7 +386,7 @@ def accuracy_rows(acc: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for model in ("convnet", "micro"):
         a = acc[model]
-        m, s, f = a["median_ms"], a["spread"], a["floor_ms"]
+        m, s, f = a["median_ms"], a["spread"], a["binding_overhead_ms"]
         rows.append([model, f"{m['harness ort-cpu']:.4g}", f"{m['bare ort loop']:.4g}",
                      _pct(a["ratio_harness_ort_vs_bare"]), f"{m['harness openvino']:.4g}",
                      f"{m['benchmark_app']:.4g}", _pct(a["ratio_harness_openvino_vs_benchmark_app"]),
@@ -440,18 +399,24 @@ def accuracy_rows(acc: dict[str, Any]) -> list[list[Any]]:
 def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = None) -> int:
     """``python -m harness bench``: run every benchmark (or ``parts`` of them), print tables,
     keep the numbers."""
-    from harness.checks.bench_interleaved import bench_interleaved, interleaved_rows
+    from harness.bench.breakdown import bench_default_matrix
+    from harness.bench.breakdown import rows as breakdown_rows
+    from harness.bench.interleaved import bench_interleaved, interleaved_rows
+    from harness.bench.pipelines import bench_pipelines, pipelines_rows
 
     parse_only(only)
     benchmarks = {
         "env_reuse": lambda: bench_env_reuse(config, only),
         "latency_accuracy": lambda: bench_latency_accuracy(latency_env(config, only)),
         "matrix": lambda: bench_matrix(config, only),
-        "timing_floor": bench_timing_overhead,
+        "timing_overhead": bench_timing_overhead,
         "plan_scaling": bench_plan_scaling,
         "isolation": lambda: bench_isolation(config, only),
         "runtime_releases": lambda: bench_runtime_releases(config, only),
         "interleaved": lambda: bench_interleaved(latency_env(config, only)),
+        "pipelines": lambda: bench_pipelines(config, only),
+        "blame_accuracy": bench_blame_accuracy,
+        "default_matrix": bench_default_matrix,
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
     if unknown:
@@ -470,12 +435,12 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
               f"models >= 1 ms: within ±{TARGET:.0%} of the bare loop and benchmark_app, spread <= {TARGET:.0%}\n")
         print(tabulate(accuracy_rows(acc), tablefmt="github", headers=[
             "model", "harness ort", "bare ort", "ratio", "harness ov", "benchmark_app", "ratio",
-            "spread % (h-ort / bare / h-ov / bapp)", "floor ms (ort / ov)"]))
+            "spread % (h-ort / bare / h-ov / bapp)", "binding overhead ms (ort / ov)"]))
     rows = [[f"env reuse: {k}", f"{v['warm_ensure_ms']:.1f} ms (cold install {v['cold_install_s']} s)"]
             for k, v in results.get("env_reuse", {}).items()]
     if "matrix" in results:
         rows += matrix_rows(results["matrix"], only)
-    rows += [[f"latency loop floor: {k}", v] for k, v in results.get("timing_floor", {}).items()]
+    rows += [[f"latency loop overhead: {k}", v] for k, v in results.get("timing_overhead", {}).items()]
     scaling = results.get("plan_scaling", {})
     rows += [[f"plan of {int(n):,} case entries", f"{v['total_s']} s (load {v['load_s']} s, plan {v['plan_s']} s, "
               f"{v['us_per_entry']} µs per entry)"] for n, v in scaling.items() if n != "growth"]
@@ -487,16 +452,34 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
              for k, v in results.get("runtime_releases", {}).items()]
     if "interleaved" in results:
         rows += interleaved_rows(results["interleaved"])
+    if "pipelines" in results:
+        rows += pipelines_rows(results["pipelines"])
+    if "blame_accuracy" in results:
+        rows += blame_rows(results["blame_accuracy"]["score"], results["blame_accuracy"]["cost"])
+    if "default_matrix" in results:
+        rows += breakdown_rows(results["default_matrix"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0
+
+
+def bench_blame_accuracy() -> dict[str, Any]:
+    """The labelled cells' matrix run fresh; its blames scored against the labels, and what the
+    layer experiments cost per failing cell (``harness.bench.blame_accuracy``)."""
+    from harness.bench.blame_accuracy import BLAME_MATRIX, layer_cost, load_labels, score
+
+    with tempfile.TemporaryDirectory(prefix="bench-blame-") as store:
+        stats, records = bench_matrix_run(BLAME_MATRIX, "torch=2.6.0|2.9.1|2.13.0", Path(store), "--fresh")
+    result = score(records, load_labels())
+    return {"run": {k: stats[k] for k in ("cells", "wall_s", "verdict_phase_s")},
+            "score": result, "cost": layer_cost(records, stats.get("verdict_phase_s"))}
 
 
 def matrix_rows(mx: dict[str, Any], only: str) -> list[list[Any]]:
     rows = []
     for label, key in (("first run (empty cell cache)", "first_run"), ("re-run (cell cache)", "cached_rerun"),
                        ("--fresh --jobs 1", "jobs_1"), ("--fresh --jobs 2", "jobs_2")):
-        rows += [[f"matrix ({only}), {label}: {k}", v] for k, v in mx[key].items() if k != "args"]
+        rows += [[f"matrix ({only}), {label}: {k}", v] for k, v in mx[key].items() if k not in ("args", "run_dir")]
     return rows + [["matrix: cached re-run / first run (wall)", mx["cached_rerun_ratio"]],
                    ["matrix: same verdicts from the cache", mx["cached_same_verdicts"]],
                    ["matrix: verdict phase speed-up, jobs 2 vs 1", mx["verdict_phase_speedup_jobs_2"]],
@@ -506,9 +489,9 @@ def matrix_rows(mx: dict[str, Any], only: str) -> list[list[Any]]:
                    ["full matrix, cold vs warm", mx["cold_full_matrix"]]]
 
 
-if __name__ == "__main__":   # python -m harness.checks.bench blame-cost RUN_DIR
+if __name__ == "__main__":   # python -m harness.bench.suite blame-cost RUN_DIR
     if len(sys.argv) == 3 and sys.argv[1] == "blame-cost":
         print(json.dumps(blame_cost(read_records(Path(sys.argv[2]) / "results.jsonl")), indent=2))
         sys.exit(0)
-    print("usage: python -m harness.checks.bench blame-cost RUN_DIR", file=sys.stderr)
+    print("usage: python -m harness.bench.suite blame-cost RUN_DIR", file=sys.stderr)
     sys.exit(2)

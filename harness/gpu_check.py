@@ -14,9 +14,9 @@ from tabulate import tabulate
 
 from harness.core.record import Record, read_records
 from harness.core.status import Status
-from harness.pipeline import MatrixRequest, run_matrix
+from harness.matrix_run import MatrixRequest, run_matrix
 
-GPU_MATRIX = Path(__file__).with_name("gpu.yaml")
+GPU_MATRIX = Path(__file__).resolve().parent / "matrices" / "gpu.yaml"
 
 
 def detail(rec: Record) -> str:

@@ -1,4 +1,4 @@
-"""The recorder: where every record of a run goes, from any thread."""
+"""The results writer: where every record of a run goes, from any thread."""
 from __future__ import annotations
 
 import threading
@@ -9,10 +9,10 @@ from harness.core.record import Record, append_records
 from harness.core.status import Status
 from harness.run.annotate import Annotator
 from harness.run.progress import RunProgress
-from harness.run.records import with_timing
+from harness.run.runner_records import with_timing
 
 
-class Recorder:
+class ResultsWriter:
     """Where every record goes, from any thread: annotated (xfail, signature, hint), given its
     cache key, appended to results.jsonl, never twice. A passing verdict is held until the
     latency phase has timed it (``timing`` joins the two); so is its progress."""

@@ -1,8 +1,11 @@
-"""The per-call floor of a runtime's Python binding: its adapter running an identity model.
+"""The binding overhead: a runtime's per-call cost through its Python binding, measured as its
+adapter running an identity model.
 
 A sub-0.1 ms latency is mostly the binding's own cost (argument conversion, output allocation,
 the call into C++); timing the same adapter call on a one-element Identity graph measures that
-floor, so a report can show a micro model's latency against it. onnx is imported lazily.
+overhead, so a report can show a micro model's latency against it (not to be confused with a
+*runtime floor*, the oldest runtime release that loads a file: ``harness.run.post.runtime_floors``).
+onnx is imported lazily.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ def write_identity_model(path: Path) -> Path:
 @contextlib.contextmanager
 def identity_call(adapter_cls: type, threads: int | None) -> Iterator[Callable[[], Any]]:
     """The adapter's timed call on an identity model (active for the block)."""
-    with tempfile.TemporaryDirectory(prefix="harness-floor-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-binding-overhead-") as tmp:
         adapter = adapter_cls(write_identity_model(Path(tmp) / "identity.onnx"), threads=threads)
         adapter.prepare([{"x": (1,)}])
         with adapter:
