@@ -200,7 +200,7 @@ def timed(cell: CellComparison, files: list[TimedFile], stacks: list[Stack],
     was = f"first look ×{first.ratio:.2f}" if first is not None else "first look"
     if slower:
         cell.verdict = Verdict.SLOWER
-        cell.attribution, why = attribute(cell, iv, *records)
+        cell.attribution, why = attribute(cell, iv, *records, threshold=threshold)
         cell.detail = f"{how}; {why}; {was}"
     elif faster:
         cell.verdict, cell.detail = Verdict.FASTER, f"{how}; {was}"
@@ -220,8 +220,12 @@ def cannot_tell(cell: CellComparison, why: str) -> None:
         cell.latency = replace(cell.latency, slower=False, faster=False)
 
 
-def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: Record | None) -> tuple[str, str]:
-    """What is slower: ("file" | "stack" | "both" | "neither", the sentence)."""
+def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: Record | None,
+              threshold: float) -> tuple[str, str]:
+    """What is slower: ("file" | "stack" | "both" | "neither", the sentence). A part counts as
+    slower only where its whole interval lies above √threshold, the bar below which the gate does
+    not time a cell again: two processes of one runtime differ by a percent or two, which a tight
+    interval resolves and no user would call a slower stack."""
     drift = cell_drift(base, cand) or cell.drift
     graph = (f" (graph: {drift.summary()})" if drift is not None and drift.changed
              else " (the graph facts the gate compares are the same: ops, nodes, inputs and outputs)"
@@ -230,7 +234,8 @@ def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: 
         return "file", f"the file is slower, in the same runtime stack ({iv.stacks[0]}){graph}"
     f, s = iv.file, iv.stack
     moved = f"{iv.stacks[0]} → {iv.stacks[-1]}"
-    file_slow, stack_slow = f is not None and f.low > 1, s is not None and s.low > 1
+    bar = math.sqrt(threshold)
+    file_slow, stack_slow = f is not None and f.low > bar, s is not None and s.low > bar
     if file_slow and stack_slow:
         return "both", f"both are slower: the file {f.text()}{graph} and the runtime stack {s.text()} ({moved})"
     if file_slow:
@@ -238,4 +243,4 @@ def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: 
     if stack_slow:
         return "stack", f"the runtime stack is slower: {s.text()} for either file ({moved})"
     return "neither", (f"neither the file ({f.text() if f else 'n/a'}) nor the runtime stack "
-                       f"({s.text() if s else 'n/a'}, {moved}) alone is shown slower")
+                       f"({s.text() if s else 'n/a'}, {moved}) alone is shown slower than ×{bar:.2f}")

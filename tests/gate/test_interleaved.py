@@ -20,6 +20,7 @@ assert the same. The gate's logic on given timings is unit-tested in ``test_stat
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from harness.envs.provider import harness_process_env
 from harness.gate.compare import CellComparison, Settings, Verdict
 from harness.gate.retime import timed
 from harness.run.ab import ABSettings, Stack, TimedFile
-from harness.worker.bench_latency import ab_models, micro
+from harness.worker.bench_latency import ab_models
 from harness.worker.spool import write_spool
 
 RUNS = 20          # comparisons of byte-different equal files (the issue's bar)
@@ -111,36 +112,48 @@ def test_a_file_doing_more_work_is_slower_every_time(files, busy_core) -> None:
 
 def test_in_two_stacks_the_file_is_named(files, busy_core) -> None:
     """Two processes of one runtime under two labels: each stack loads both files, rounds
-    alternate; the file carries the slowdown, the stack none."""
+    alternate; the file carries the slowdown, the stack none that counts (two processes of one
+    runtime differ by a percent or two, which six process pairs can resolve)."""
     cell = compare([files["base"], files["slow"]], [stack("ort-cpu", "stack A"), stack("ort-cpu", "stack B")])
     assert cell.verdict is Verdict.SLOWER, cell.detail
     iv = cell.interleaved
     assert iv.sets >= 6 and iv.stacks == ("stack A", "stack B")
-    assert iv.file.low > 1.1 and iv.stack.low < 1 < iv.stack.high
+    assert iv.file.low > 1.1 and iv.stack.low < math.sqrt(Settings().latency_threshold)
+    assert 0.95 < iv.stack.ratio < 1.05, iv.stack
     assert cell.attribution == "file" and "the file is slower" in cell.detail and "in either runtime stack" in cell.detail
 
 
 def test_a_slower_runtime_stack_is_named(tmp_path, busy_core) -> None:
-    """The same micro model (byte-different copies) in ONNX Runtime, then in OpenVINO, whose
-    call costs several times ONNX Runtime's on it: the stack is slower, not the file."""
+    """One small model (byte-different copies) in ONNX Runtime, then in OpenVINO, whose TopK over
+    4,096 values costs about 2.5 times ONNX Runtime's through the harness's call path (×2.5 to ×2.9
+    in four comparisons on an Intel Xeon, lowest bound 1.8): the stack is slower, not the file. A
+    16-value MatMul, dominated by each binding's call overhead, came out ×1.2 to ×1.7 with
+    intervals reaching below 1: too close to the bar to say anything of the gate."""
     import numpy as np
     import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
+    k = numpy_helper.from_array(np.array([5], np.int64), "k")
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"])], "topk",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 5]),
+                               helper.make_tensor_value_info("indices", TensorProto.INT64, [1, 5])], [k])
+    feed = {"x": np.random.default_rng(0).standard_normal((1, 4096)).astype(np.float32)}
     spools = []
     for name in ("base", "twin"):
         folder = tmp_path / name
         folder.mkdir()
-        micro(folder / "model.onnx")
-        model = onnx.load(str(folder / "model.onnx"))
-        model.producer_name = f"torch {name}"
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name=f"torch {name}")
+        model.ir_version = 8
         onnx.save(model, str(folder / "model.onnx"))
-        write_spool(folder, "model.onnx", {"x": np.ones((1, 16), np.float32)})
+        write_spool(folder, "model.onnx", feed)
         spools.append(TimedFile(folder))
     cell = compare(spools, [stack("ort-cpu", "onnxruntime"), stack("openvino", "openvino")])
     assert cell.verdict is Verdict.SLOWER, cell.detail
     assert cell.attribution == "stack", cell.detail
     assert "the runtime stack is slower" in cell.detail and "(onnxruntime → openvino)" in cell.detail
-    assert cell.interleaved.file.low < 1 < cell.interleaved.file.high
+    assert cell.interleaved.stack.low > 1.5, cell.detail
+    assert 0.9 < cell.interleaved.file.ratio < 1.1 and cell.interleaved.file.low < math.sqrt(Settings().latency_threshold)
 
 
 def test_the_gates_ratio_is_the_one_timed_by_hand(files) -> None:

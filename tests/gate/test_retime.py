@@ -133,9 +133,33 @@ def _slower_cell() -> CellComparison:
                                                 ratio_interval=(1.26, 1.34)))
     cell.interleaved = Interleaved(RatioInterval(1.30, 1.26, 1.34, 4, 0.95), RatioInterval(1.30, 1.26, 1.34, 4, 0.95),
                                    stacks=("openvino 2026.4.1",), sets=4, usable=4, rounds=80, clean=78)
-    cell.attribution, why = attribute(cell, cell.interleaved, base, cand)
+    cell.attribution, why = attribute(cell, cell.interleaved, base, cand, threshold=Settings().latency_threshold)
     cell.detail = f"{cell.interleaved.main.text()}; {why}"
     return cell
+
+
+@pytest.mark.parametrize("file, stack, named", [
+    ((1.38, 1.34, 1.42), (1.02, 1.004, 1.035), "file"),     # two processes of one runtime: 2 % apart
+    ((1.38, 1.34, 1.42), (0.98, 0.964, 0.999), "file"),
+    ((1.01, 0.99, 1.03), (1.30, 1.26, 1.34), "stack"),
+    ((1.20, 1.15, 1.25), (1.12, 1.08, 1.16), "both"),
+    ((1.06, 1.03, 1.09), (1.06, 1.03, 1.09), "neither"),     # each shown above 1, neither above √1.1
+])
+def test_a_part_is_named_slower_only_above_the_square_root_of_the_threshold(file, stack, named) -> None:
+    from harness.gate.stats import Interleaved, RatioInterval
+
+    def interval(r: tuple[float, float, float]) -> RatioInterval:
+        return RatioInterval(*r, 6, 0.95)
+
+    main = interval((file[0] * stack[0], file[1] * stack[1], file[2] * stack[2]))
+    iv = Interleaved(main, interval(file), interval(stack), stacks=("onnxruntime 1.31.0", "onnxruntime 1.32.0"),
+                     sets=6, usable=6, rounds=120, clean=120)
+    cell = CellComparison(KEY, Verdict.SLOWER, _record("a", 1), _record("b", 1.4))
+    attribution, why = attribute(cell, iv, None, None, threshold=1.1)
+    assert attribution == named, why
+    assert ("the file is slower" in why) is (named == "file")
+    assert ("the runtime stack is slower" in why) is (named == "stack")
+    assert ("onnxruntime 1.31.0 → onnxruntime 1.32.0" in why) is (named != "file")
 
 
 def test_the_reports_carry_the_interval_and_the_attribution() -> None:
