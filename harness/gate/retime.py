@@ -58,13 +58,19 @@ class Exported:
     runtime: str        # the registry name ("ort-cpu")
 
 
+def noticeable(threshold: float) -> float:
+    """√threshold, half the threshold's step on a log scale: a slowdown below it is not timed again
+    (``suspect``), nor is a part named slower for it (``attribute``)."""
+    return math.sqrt(threshold)
+
+
 def suspect(cell: CellComparison, threshold: float) -> bool:
     """Whether the stored figures leave room for a change the interleaved timing must settle."""
     lat, b, c = cell.latency, cell.base, cell.cand
     if lat is None or b is None or c is None or not (b.status.passed and c.status.passed):
         return False
     split = bool(b.latency_ms.bimodal or c.latency_ms.bimodal)
-    return (lat.ratio > math.sqrt(threshold) or lat.ratio * threshold < 1 or bool(lat.loaded)
+    return (lat.ratio > noticeable(threshold) or lat.ratio * threshold < 1 or bool(lat.loaded)
             or (split and lat.ratio > 1))
 
 
@@ -234,7 +240,7 @@ def attribute(cell: CellComparison, iv: Interleaved, base: Record | None, cand: 
         return "file", f"the file is slower, in the same runtime stack ({iv.stacks[0]}){graph}"
     f, s = iv.file, iv.stack
     moved = f"{iv.stacks[0]} → {iv.stacks[-1]}"
-    bar = math.sqrt(threshold)
+    bar = noticeable(threshold)
     file_slow, stack_slow = f is not None and f.low > bar, s is not None and s.low > bar
     if file_slow and stack_slow:
         return "both", f"both are slower: the file {f.text()}{graph} and the runtime stack {s.text()} ({moved})"
