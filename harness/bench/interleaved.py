@@ -9,7 +9,6 @@ and a file with 1.3x the work (it must be found), on a quiet machine and with on
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import subprocess
 import sys
@@ -26,11 +25,10 @@ AB_RUNS = 20                  # gate comparisons per pair and machine state
 
 @contextlib.contextmanager
 def busy_core() -> Iterator[None]:
-    """A process spinning on one core (the first this process may use) while the block runs."""
+    """A process spinning while the block runs: a core's worth of other work, where the kernel
+    puts it (pinned, it made timing processes woken on its core share it for most of a round)."""
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        with contextlib.suppress(AttributeError, OSError):
-            os.sched_setaffinity(proc.pid, {min(os.sched_getaffinity(0))})
         yield
     finally:
         proc.kill()

@@ -195,8 +195,7 @@ def timed(cell: CellComparison, files: list[TimedFile], stacks: list[Stack],
     if iv.error is not None:
         return cannot_tell(cell, f"the interleaved timing failed: {iv.error}")
     if iv.main is None:
-        return cannot_tell(cell, f"the machine was busy: {iv.clean} of {iv.rounds} rounds had their core "
-                                 f"({iv.usable} of {iv.sets} process sets usable)")
+        return cannot_tell(cell, f"the machine was busy: {iv.busy_text()}")
     m = iv.main
     slower, faster = m.low > threshold, m.high * threshold < 1
     cell.latency = LatencyChange(iv.base_ms or 0.0, iv.cand_ms or 0.0, m.ratio, None, slower, faster,

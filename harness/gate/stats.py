@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from harness.core.timing import CONTENDED
 from harness.run.ab import ABRun, Modes, ProcessTiming, modes
 
 # asv's default p-value threshold: with hundreds of gated cells, 0.05 would flag several by chance.
@@ -184,10 +185,26 @@ class Interleaved:
     seconds: float = 0.0
     error: str | None = None
     other_cpu: float | None = None             # the median share of the machine others used (information)
+    steal: float | None = None                 # the median share of the machine the hypervisor took (information)
+    round_cpu: float | None = None             # the median share of a round the timing process ran on a CPU
 
     @property
     def loaded(self) -> bool:
         return self.error is None and self.main is None
+
+    def busy_text(self) -> str:
+        """Why the rounds were not evidence, in the measured terms: a timing process short of its
+        core, the hypervisor's steal (a GPU runtime's process loses every round to it), and
+        the share of the machine other processes used."""
+        why = [f"{self.usable} of {self.sets} process sets usable"]
+        if self.steal:
+            why.append(f"the hypervisor took {self.steal:.0%} of the machine (steal)")
+        if self.round_cpu is not None:
+            why.append(f"a round ran on a CPU for {self.round_cpu:.0%} of its time (median; "
+                       f"below {CONTENDED:.0%} it is contended)")
+        if self.other_cpu is not None:
+            why.append(f"other processes used {self.other_cpu:.0%} of the machine")
+        return f"{self.clean} of {self.rounds} rounds had their core ({'; '.join(why)})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"ratio": None if self.main is None else self.main.to_dict(),
@@ -197,6 +214,7 @@ class Interleaved:
                 "bimodal": {side: m.to_dict() for side, m in self.modes.items()},
                 "process_sets": self.sets, "usable_sets": self.usable, "rounds": self.rounds,
                 "clean_rounds": self.clean, "loaded": self.loaded, "other_cpu": self.other_cpu,
+                "steal": self.steal, "round_cpu": self.round_cpu,
                 "seconds": self.seconds, "error": self.error}
 
 
@@ -208,6 +226,10 @@ def analyse(run: ABRun, confidence: float = DEFAULT_CONFIDENCE) -> Interleaved:
                       clean=run.clean, seconds=run.seconds, error=run.error)
     others = [p.load["other_cpu"] for p in run.processes if isinstance(p.load.get("other_cpu"), (int, float))]
     out.other_cpu = round(statistics.median(others), 3) if others else None
+    steals = [p.load["steal"] for p in run.processes if isinstance(p.load.get("steal"), (int, float))]
+    out.steal = round(statistics.median(steals), 3) if steals else None
+    shares = [c for p in run.processes for c in p.cpu if c is not None]
+    out.round_cpu = round(statistics.median(shares), 3) if shares else None
     if len(logs) >= MIN_SETS:
         out.main = ratio_interval([x["main"] for x in logs], confidence)
         out.file = ratio_interval([x["file"] for x in logs], confidence)

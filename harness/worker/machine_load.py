@@ -21,10 +21,11 @@ known, and the window is loaded when it exceeds the CPUs by half (beyond this pr
 
 Interleaved A/B timing (``harness.worker.runtime_only.ab_timer``) also asks, per round of a few milliseconds,
 whether the timing process had its core (``cpu_clock``: its CPU time against wall time): a round
-in which it ran for less than ``CONTENDED`` of the time was competing for a CPU with other work,
-and is left out. What a round keeps is a ratio of two block medians (each the median call of a
-block of calls), which a few preempted calls do not move, so a round is dropped only once the
-timing process lost most of it; and another process on *another* core does not make a round
+in which it ran for less than ``CONTENDED`` of the time was competing for a CPU with other work
+(or lost it to the hypervisor: stolen time is not counted as the process's), and is left out.
+What a round keeps is a ratio of two block medians (each the median call of a block of calls),
+which a few preempted calls do not move, so a round is dropped only once the timing process lost
+most of it; and another process on *another* core does not make a round
 contended at all: both files of a round feel it alike.
 
 Worker side: standard library only.

@@ -1,6 +1,6 @@
 """The gate's latency verdict under noise: real files timed interleaved in real ONNX Runtime (and
 OpenVINO) processes, through the gate's own comparison (``retime.timed``), under a synthetic CPU
-load that keeps one core busy the whole time.
+load of one spinning process (a core's worth of other work) the whole time.
 
 - two byte-different files of the same graph (the producer string differs, as between two torch
   releases that export the same nodes): never "slower" in 20 comparisons, nor one file against
@@ -21,7 +21,6 @@ assert the same. The gate's logic on given timings is unit-tested in ``test_stat
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ RUNS = 20          # comparisons of byte-different equal files (the issue's bar)
 SAME_RUNS = 5      # comparisons of a file with itself
 SLOW_RUNS = 8      # comparisons of the slower file
 MIN_SETS = 2       # the gate's least (--remeasure 2); decisive intervals end a comparison early
+BUSY_TRIES = 3     # a comparison with no clean round is taken again, at most this many times in all
 KEY = CellKey("mlp", "dynamo", 18, "ort-cpu")
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
@@ -64,11 +64,12 @@ def files(tmp_path_factory) -> dict[str, TimedFile]:
 
 @pytest.fixture(scope="module")
 def busy_core():
-    """A process spinning on one core for the whole module."""
+    """A process spinning for the whole module: a core's worth of other work, where the kernel
+    puts it. Pinned to one core, it made a timing process woken on that core share it for most
+    of a few-millisecond round before the kernel moved one of them (median round share 0.52 to
+    0.72 against 0.98 unpinned, on two cores), which no other work on a real machine does."""
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(proc.pid, {min(os.sched_getaffinity(0))})
         time.sleep(0.2)
         yield proc
     finally:
@@ -81,9 +82,27 @@ def _record(torch: str) -> Record:
 
 
 def compare(files: list[TimedFile], stacks: list[Stack]) -> CellComparison:
-    """One gate comparison of a cell whose stored figures flagged it slower."""
-    cell = CellComparison(KEY, Verdict.SLOWER, _record("a"), _record("b"), "first look")
-    timed(cell, files, stacks, (cell.base, cell.cand), Settings(), ABSettings(min_processes=MIN_SETS))
+    """One gate comparison of a cell whose stored figures flagged it slower. One the machine was
+    too busy to time (no clean round: steal from the hypervisor, or a contended core, as
+    ``busy_text`` says) is taken again, up to ``BUSY_TRIES`` times: a busy spell on a shared
+    machine passes (CI once had a minute in which 0 of 480 rounds of two comparisons were clean,
+    before and after which every comparison was told)."""
+    for _ in range(BUSY_TRIES):
+        cell = CellComparison(KEY, Verdict.SLOWER, _record("a"), _record("b"), "first look")
+        timed(cell, files, stacks, (cell.base, cell.cand), Settings(), ABSettings(min_processes=MIN_SETS))
+        if not cell.interleaved.loaded:
+            break
+    return cell
+
+
+def told(files: list[TimedFile], stacks: list[Stack]) -> CellComparison:
+    """A comparison whose verdict the test needs: where the machine stayed too busy to time it
+    ``BUSY_TRIES`` times over, the test says so and skips (a "cannot tell" is the gate's right
+    answer then, not a finding about the gate). ``test_equal_files_are_never_slower_under_load``
+    fails if most comparisons on this machine cannot be told, so a gate that never tells is caught."""
+    cell = compare(files, stacks)
+    if cell.interleaved.loaded:
+        pytest.skip(f"the machine was too busy to time, {BUSY_TRIES} times over: {cell.detail}")
     return cell
 
 
@@ -101,7 +120,7 @@ def test_equal_files_are_never_slower_under_load(files, busy_core) -> None:
 
 
 def test_a_file_doing_more_work_is_slower_every_time(files, busy_core) -> None:
-    cells = [compare([files["base"], files["slow"]], [stack("ort-cpu")]) for _ in range(SLOW_RUNS)]
+    cells = [told([files["base"], files["slow"]], [stack("ort-cpu")]) for _ in range(SLOW_RUNS)]
     assert [c.verdict for c in cells] == [Verdict.SLOWER] * SLOW_RUNS, [c.detail for c in cells]
     for c in cells:
         assert c.interleaved.main.low > Settings().latency_threshold
@@ -114,12 +133,15 @@ def test_in_two_stacks_the_file_is_named(files, busy_core) -> None:
     """Two processes of one runtime under two labels: each stack loads both files, rounds
     alternate; the file carries the slowdown, the stack none that counts (two processes of one
     runtime differ by a percent or two, which six process pairs can resolve)."""
-    cell = compare([files["base"], files["slow"]], [stack("ort-cpu", "stack A"), stack("ort-cpu", "stack B")])
+    cell = told([files["base"], files["slow"]], [stack("ort-cpu", "stack A"), stack("ort-cpu", "stack B")])
     assert cell.verdict is Verdict.SLOWER, cell.detail
     iv = cell.interleaved
     assert iv.sets >= 6 and iv.stacks == ("stack A", "stack B")
-    assert iv.file.low > 1.1 and iv.stack.low < math.sqrt(Settings().latency_threshold)
-    assert 0.95 < iv.stack.ratio < 1.05, iv.stack
+    threshold = Settings().latency_threshold
+    assert iv.file.low > threshold and iv.stack.low < math.sqrt(threshold)
+    # Quiet, the stacks' ratio is within 2 % of 1; with three more spinning processes on the two
+    # cores it came out ×1.08 (0.93 to 1.24, 4 usable sets): within the threshold, never named.
+    assert 1 / threshold < iv.stack.ratio < threshold, iv.stack
     assert cell.attribution == "file" and "the file is slower" in cell.detail and "in either runtime stack" in cell.detail
 
 
@@ -148,7 +170,7 @@ def test_a_slower_runtime_stack_is_named(tmp_path, busy_core) -> None:
         onnx.save(model, str(folder / "model.onnx"))
         write_spool(folder, "model.onnx", feed)
         spools.append(TimedFile(folder))
-    cell = compare(spools, [stack("ort-cpu", "onnxruntime"), stack("openvino", "openvino")])
+    cell = told(spools, [stack("ort-cpu", "onnxruntime"), stack("openvino", "openvino")])
     assert cell.verdict is Verdict.SLOWER, cell.detail
     assert cell.attribution == "stack", cell.detail
     assert "the runtime stack is slower" in cell.detail and "(onnxruntime → openvino)" in cell.detail
@@ -176,7 +198,7 @@ def test_the_gates_ratio_is_the_one_timed_by_hand(files) -> None:
         return [b / a for a, b in json.loads(out.stdout.strip().splitlines()[-1])["processes"]]
 
     before = by_hand()
-    cell = compare([files["base"], files["slow"]], [stack("ort-cpu")])
+    cell = told([files["base"], files["slow"]], [stack("ort-cpu")])
     direct = before + by_hand()
     assert min(direct) / 1.1 <= cell.interleaved.main.ratio <= max(direct) * 1.1, (cell.detail, direct)
     # Not a bound so wide it says nothing: the hand-timed processes agree among themselves.

@@ -58,8 +58,8 @@ def test_a_set_is_the_median_over_its_clean_rounds() -> None:
     assert one["main"] == pytest.approx(math.log(1.3)) and one["file"] == one["main"] and "stack" not in one
     contended = proc(0, rounds, cpu=0.3)              # the process lost most of every round
     assert set_logs([contended]) is None
-    stolen = proc(0, rounds, steal=0.2)               # the hypervisor took the CPUs
-    assert set_logs([stolen]) is None
+    stolen = proc(0, rounds, steal=0.2)               # steal elsewhere: the rounds had their core
+    assert set_logs([stolen])["main"] == pytest.approx(math.log(1.3))
     assert set_logs([proc(0, rounds[:MIN_CLEAN_ROUNDS - 1])]) is None
     on_gpu = ProcessTiming(0, [list(r) for r in rounds], [None] * len(rounds), {})   # no CPU share told
     assert set_logs([on_gpu])["main"] == pytest.approx(math.log(1.3))
@@ -84,6 +84,22 @@ def test_analyse_pools_sets_and_reports_modes() -> None:
     assert decisive(iv, 1.10)
     busy = ABRun(["x"], [proc(0, [(1.0, 1.0)] * 8, cpu=0.2)] * 4)
     assert analyse(busy).main is None and analyse(busy).loaded
+
+
+def test_a_busy_timing_says_what_it_measured() -> None:
+    """A contended round is lost alone; steal loses a GPU runtime's process (which tells no CPU
+    share) as a whole: the text gives the measured shares."""
+    contended = analyse(ABRun(["a"], [proc(0, [(1.0, 1.0)] * 8, cpu=0.3, steal=0.08)] * 4))
+    assert contended.loaded and contended.steal == 0.08 and contended.round_cpu == 0.3
+    text = contended.busy_text()
+    assert text.startswith("0 of 32 rounds had their core (0 of 4 process sets usable; the hypervisor took 8% of")
+    assert "ran on a CPU for 30% of its time" in text
+    assert contended.to_dict()["round_cpu"] == 0.3 and contended.to_dict()["steal"] == 0.08
+    gpu = [ProcessTiming(0, [[1.0, 1.0]] * 8, [None] * 8, {"steal": 0.08})] * 4
+    on_gpu = analyse(ABRun(["cuda"], gpu))
+    assert on_gpu.loaded and on_gpu.round_cpu is None and "ran on a CPU" not in on_gpu.busy_text()
+    quiet = analyse(ABRun(["cuda"], [ProcessTiming(0, [[1.0, 1.0]] * 8, [None] * 8, {"steal": 0.01})] * 4))
+    assert not quiet.loaded
 
 
 def test_modes_need_two_processes_each_side_of_a_wide_gap() -> None:
