@@ -60,6 +60,7 @@ def test_run_failures_reduce_to_the_failing_node(reduced_run):
         rec = recs[cell]
         assert rec.stage == "run"
         red = rec.graph["reduced"]
+        assert "budget ran out" not in (red.get("note") or ""), red     # a slow machine, not a finding
         assert red["nodes"] <= max(2, red["original_nodes"] // 10), red
         assert red["check"].startswith("fails at run")
         outcome = direct(meta, rec.bundle, "ort-cpu")

@@ -372,17 +372,27 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     check_cmd = [sys.executable, "-m", REDUCE_MODULE, "check", "--spec", str(spec_path),
                  "polygraphy_debug.onnx"]
     best, nodes = original, out.original_nodes
+    unfinished: list[str] = []      # passes the budget cut short or left out
     with open(work / "polygraphy.log", "w", encoding="utf-8") as log:
         for direction, mode in PASSES_PLAN:
-            if time.monotonic() >= deadline or nodes <= 1 or (mode == "linear" and nodes > LINEAR_MAX_NODES):
+            if nodes <= 1 or (mode == "linear" and nodes > LINEAR_MAX_NODES):
+                continue
+            if time.monotonic() >= deadline:
+                unfinished.append(f"{direction} {mode}")
                 continue
             target = work / f"{direction}-{mode}.onnx"
             if _polygraphy(best, target, direction, mode, check_cmd, work, deadline, log):
                 best, nodes = target, len(onnx.load(str(target)).graph.node)
+            elif time.monotonic() >= deadline:
+                unfinished.append(f"{direction} {mode}")
     reduced = onnx.load(str(best))
     if len(reduced.graph.node) >= out.original_nodes:
         out.note = (f"Polygraphy found no smaller failing graph within {timeout_s:g} s "
                     f"(log: {work / 'polygraphy.log'})")
+    elif unfinished:
+        out.note = (f"the {timeout_s:g} s budget ran out before Polygraphy's {', '.join(unfinished)} "
+                    f"pass{'es' if len(unfinished) > 1 else ''} finished: a smaller failing graph may exist "
+                    f"(reduce_timeout_s; log: {work / 'polygraphy.log'})")
     reduced_feeds = {i.name: values.values[i.name] for i in _graph_inputs(reduced) if i.name in values.values}
     onnx.save(relax_inputs(reduced, reduced_feeds, set(spec.original_inputs)), str(bundle / "reduced.onnx"))
     np.savez(bundle / "reduced_inputs.npz", **reduced_feeds)
