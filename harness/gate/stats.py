@@ -218,18 +218,21 @@ class Interleaved:
                 "seconds": self.seconds, "error": self.error}
 
 
+def _median(values: list[Any]) -> float | None:
+    """The median of the numbers among ``values`` (to 3 digits), or None where there are none."""
+    nums = [v for v in values if isinstance(v, (int, float))]
+    return round(statistics.median(nums), 3) if nums else None
+
+
 def analyse(run: ABRun, confidence: float = DEFAULT_CONFIDENCE) -> Interleaved:
     """The paired ratios of an ``ABRun`` of two files (baseline's first) in one or two stacks."""
     sets = run.sets()
     logs = [x for x in (set_logs(s) for s in sets) if x is not None]
     out = Interleaved(None, stacks=tuple(run.stacks), sets=len(sets), usable=len(logs), rounds=run.rounds,
                       clean=run.clean, seconds=run.seconds, error=run.error)
-    others = [p.load["other_cpu"] for p in run.processes if isinstance(p.load.get("other_cpu"), (int, float))]
-    out.other_cpu = round(statistics.median(others), 3) if others else None
-    steals = [p.load["steal"] for p in run.processes if isinstance(p.load.get("steal"), (int, float))]
-    out.steal = round(statistics.median(steals), 3) if steals else None
-    shares = [c for p in run.processes for c in p.cpu if c is not None]
-    out.round_cpu = round(statistics.median(shares), 3) if shares else None
+    out.other_cpu = _median([p.load.get("other_cpu") for p in run.processes])
+    out.steal = _median([p.load.get("steal") for p in run.processes])
+    out.round_cpu = _median([c for p in run.processes for c in p.cpu])
     if len(logs) >= MIN_SETS:
         out.main = ratio_interval([x["main"] for x in logs], confidence)
         out.file = ratio_interval([x["file"] for x in logs], confidence)
