@@ -7,7 +7,9 @@
 - ``bench_default_matrix``: matrix.yaml cold (environments installed, an empty cell cache) and
   warm (unchanged, every cell from the cache), each broken down, and capture reuse against the
   per-opset export measured side by side in one process per torch release
-  (``python -m harness.worker.capture_proof``: each family exported both ways, alternately first).
+  (``python -m harness.worker.capture_proof``: each family exported both ways, alternately first);
+- ``bench_zoo_sample``: a sample of the zoo nightly (``ZOO_SAMPLE``) cold and warm, broken down
+  the same way.
 """
 from __future__ import annotations
 
@@ -134,30 +136,58 @@ def reuse_ratio(config: Path) -> dict[str, Any]:
     return out
 
 
-def bench_default_matrix(config: Path = DEFAULT_MATRIX) -> dict[str, Any]:
-    """matrix.yaml cold (empty cell cache) and warm (the same again), each broken down; then
-    capture reuse against per-opset exports side by side."""
+def cold_and_warm(config: Path, only: str = "") -> dict[str, Any]:
+    """A matrix (``only`` its cells that match) run cold (an empty cell cache, environments as
+    they are) and warm (the same again), each broken down."""
     from harness.bench.runs import bench_matrix_run
 
-    with tempfile.TemporaryDirectory(prefix="harness-bench-default-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-bench-breakdown-") as tmp:
         store = Path(tmp) / "reports"
-        result = {}
+        result: dict[str, Any] = {}
         for label in ("cold", "warm"):
             t0 = time.perf_counter()
-            stats, _ = bench_matrix_run(config, "", store)
+            stats, _ = bench_matrix_run(config, only, store)
             run_dir = Path(stats["run_dir"])
             result[label] = breakdown(run_dir, store, time.perf_counter() - t0)
     result["warm_vs_cold"] = round(result["warm"]["wall_s"] / result["cold"]["wall_s"], 3)
+    return result
+
+
+def bench_default_matrix(config: Path = DEFAULT_MATRIX) -> dict[str, Any]:
+    """matrix.yaml cold (empty cell cache) and warm (the same again), each broken down; then
+    capture reuse against per-opset exports side by side."""
+    result = cold_and_warm(config)
     result["capture_reuse"] = reuse_ratio(config)
     return result
 
 
-def rows(result: dict[str, Any]) -> list[list[Any]]:
+# Six Transformers architectures of the zoo nightly (an encoder, two decoders with a KV cache, an
+# encoder-decoder, vision, speech) with its three exporters, on the torch release installed from
+# local disk (the others are 3 GB downloads each), at opset 18, on both of its runtimes.
+ZOO_MATRIX = Path(__file__).resolve().parents[1] / "matrices" / "zoo.yaml"
+ZOO_SAMPLE = "torch=2.13.0,opset=18,case=hf-bert|hf-gpt2|hf-llama|hf-t5|hf-vit|hf-whisper"
+
+
+def bench_zoo_sample(config: Path = ZOO_MATRIX, only: str = ZOO_SAMPLE) -> dict[str, Any]:
+    """The zoo sample (``ZOO_SAMPLE`` of the zoo nightly) cold and warm, each broken down."""
+    return {"only": only, **cold_and_warm(config, only)}
+
+
+def zoo_rows(result: dict[str, Any]) -> list[list[Any]]:
+    return _phase_rows("zoo sample", result) + [["zoo sample: cells", result["only"]]]
+
+
+def _phase_rows(name: str, result: dict[str, Any]) -> list[list[Any]]:
     out = []
     for label in ("cold", "warm"):
         for k, v in result[label].items():
-            out.append([f"default matrix {label}: {k}", v])
-    out.append(["default matrix: warm / cold (wall)", result["warm_vs_cold"]])
+            out.append([f"{name} {label}: {k}", v])
+    out.append([f"{name}: warm / cold (wall)", result["warm_vs_cold"]])
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    out = _phase_rows("default matrix", result)
     for torch, v in result["capture_reuse"].items():
         out.append([f"capture reuse, torch {torch}: reused / per-opset export CPU", v["cpu_ratio"]])
         out.append([f"capture reuse, torch {torch}", {k: x for k, x in v.items() if k != "cpu_ratio"}])

@@ -399,7 +399,7 @@ def accuracy_rows(acc: dict[str, Any]) -> list[list[Any]]:
 def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = None) -> int:
     """``python -m harness bench``: run every benchmark (or ``parts`` of them), print tables,
     keep the numbers."""
-    from harness.bench.breakdown import bench_default_matrix
+    from harness.bench.breakdown import bench_default_matrix, bench_zoo_sample, zoo_rows
     from harness.bench.breakdown import rows as breakdown_rows
     from harness.bench.interleaved import bench_interleaved, interleaved_rows
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
@@ -417,6 +417,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "pipelines": lambda: bench_pipelines(config, only),
         "blame_accuracy": bench_blame_accuracy,
         "default_matrix": bench_default_matrix,
+        "zoo_sample": bench_zoo_sample,
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
     if unknown:
@@ -458,6 +459,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += blame_rows(results["blame_accuracy"]["score"], results["blame_accuracy"]["cost"])
     if "default_matrix" in results:
         rows += breakdown_rows(results["default_matrix"])
+    if "zoo_sample" in results:
+        rows += zoo_rows(results["zoo_sample"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

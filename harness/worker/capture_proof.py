@@ -5,8 +5,9 @@ torch environment, and the files compared.
 
 For each family of the job's groups (``ExportGroup.capture_key``): each group exported on its
 own, in a fresh copy of this warm process (the per-opset call, as a run makes it with
-``HARNESS_CAPTURE_REUSE=0``), then the family's capture made once and each group exported from
-it in a process forked from the capture's (as a run makes it). One JSON line per group on
+``HARNESS_CAPTURE_REUSE=0``, and with torch.onnx's own torchlib table, made again at each call),
+then the family's capture made once and each group exported from it in a process forked from the
+capture's, with the table kept (as a run makes it). One JSON line per group on
 stdout: both files' digests, and where they differ, which parts (opset imports, graph nodes,
 initializers, metadata, the rest); a failed export's stage and error on either side. Before them,
 one line per family with what each way cost (wall and CPU seconds; the two ways alternate which
@@ -32,12 +33,18 @@ from harness.worker import group_process as fresh
 from harness.worker.stages import GroupContext
 
 
+def _table() -> str:
+    """Whether this process's dynamo exports took torchlib's table as kept by the worker."""
+    apis = fresh._torchlib_apis()
+    return "kept" if getattr(getattr(apis, "get_torchlib_ops", None), "harness_original", None) else "plain"
+
+
 def _outcome(ctx: GroupContext) -> dict[str, Any]:
     if ctx.failure is not None:
         return {"failure": f"{ctx.failure.stage.value}: {short_error(ctx.failure.exc)}", "notes": ctx.notes,
-                "made": ctx.made}
+                "made": ctx.made, "table": _table()}
     return {"digest": capture_reuse.file_digest(ctx.onnx_path), "file": str(ctx.onnx_path),
-            "notes": ctx.notes, "made": ctx.made}
+            "notes": ctx.notes, "made": ctx.made, "table": _table()}
 
 
 def _write(path: Path, data: dict[str, Any]) -> bool:
@@ -46,8 +53,10 @@ def _write(path: Path, data: dict[str, Any]) -> bool:
 
 
 def alone(job: Job, group: ExportGroup, out: Path) -> None:
-    """The group's export on its own, in a fresh copy of this process."""
+    """The group's export on its own, in a fresh copy of this process, with torch.onnx's export
+    as it comes (no kept torchlib table: ``group_process.keep_torchlib_table``)."""
     def run() -> bool:
+        fresh.forget_torchlib_table()
         ctx = GroupContext(job, group, out)
         ctx.prepare()
         return _write(out / f"{group.gid}.json", _outcome(ctx))
@@ -116,7 +125,8 @@ def compare(group: ExportGroup, per: dict[str, Any], reused: dict[str, Any]) -> 
                            "reused": reused.get("digest") or reused.get("failure"),
                            "made": (reused.get("made") or {}).get("how"),
                            "translation": (reused.get("made") or {}).get("translation"),
-                           "reason": (reused.get("made") or {}).get("reason")}
+                           "reason": (reused.get("made") or {}).get("reason"),
+                           "tables": [per.get("table"), reused.get("table")]}
     row["same"] = row["per_opset"] == row["reused"] and per.get("notes") == reused.get("notes")
     if not row["same"] and per.get("digest") and reused.get("digest"):
         row["differs"] = differing_parts(Path(per["file"]), Path(reused["file"]))

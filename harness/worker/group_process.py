@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from harness.core.wire import FORK_ENV
 
@@ -87,14 +87,67 @@ def _preload_own() -> list[str]:
 def prepare_exporter() -> bool:
     """Build torch.onnx's registry of the ONNX functions it translates aten ops to (onnxscript's
     torchlib, compiled from its source: data, the same for every export of this environment; a
-    first dynamo export spends seconds on it). No model is traced or run and no thread starts."""
+    first dynamo export spends seconds on it), with torchlib's table of those functions kept for
+    every later export (``keep_torchlib_table``). No model is traced or run and no thread starts."""
     try:
         from torch.onnx._internal.exporter import _registration
 
+        keep_torchlib_table()
         _registration.ONNXRegistry.from_torchlib()
     except Exception:  # noqa: BLE001 - an older torch.onnx: the first export builds it
         return False
     return True
+
+
+def _torchlib_apis() -> Any:
+    """The onnxscript module torch.onnx asks for torchlib's table (it names it per release)."""
+    import importlib
+
+    from torch.onnx._internal import _lazy_import
+
+    apis = _lazy_import.onnxscript_apis
+    return importlib.import_module(apis._name) if hasattr(apis, "_name") else apis
+
+
+def keep_torchlib_table() -> bool:
+    """Make onnxscript's ``get_torchlib_ops`` (which torch.onnx calls at every dynamo export to
+    build its registry) compute its table once per content of torchlib's registry.
+
+    The table names each torchlib function with its domain, which onnxscript finds by parsing the
+    function's source again on every call (``function_ir``): about half a second of every export
+    of a small model, for the same answer. The table is kept with the identity of every function
+    in onnxscript's registry and made again when that changes (a case that registers its own
+    torchlib function), and each caller gets a list of its own. The files are the ones a plain
+    export writes: ``harness.worker.capture_proof`` exports its per-opset side without it
+    (``forget_torchlib_table``) and compares the bytes. False where this onnxscript has no such
+    table."""
+    apis = _torchlib_apis()
+    original = getattr(apis, "get_torchlib_ops", None)
+    if original is None or getattr(original, "harness_original", None) is not None:
+        return original is not None
+    kept: dict[tuple, list] = {}
+
+    def get_torchlib_ops() -> list:
+        from onnxscript.function_libs.torch_lib import ops, registration  # noqa: F401 - ops registers them
+
+        key = tuple((name, tuple(map(id, f.overloads)), tuple(map(id, f.complex)))
+                    for name, f in registration.default_registry.items())
+        if key not in kept:
+            kept.clear()
+            kept[key] = original()
+        return list(kept[key])
+
+    get_torchlib_ops.harness_original = original  # type: ignore[attr-defined]
+    apis.get_torchlib_ops = get_torchlib_ops
+    return True
+
+
+def forget_torchlib_table() -> None:
+    """Undo ``keep_torchlib_table`` in this process: torch.onnx's export as it comes."""
+    apis = _torchlib_apis()
+    original = getattr(getattr(apis, "get_torchlib_ops", None), "harness_original", None)
+    if original is not None:
+        apis.get_torchlib_ops = original
 
 
 def freeze() -> None:
@@ -205,10 +258,12 @@ def per_group(groups: Iterable[T], on_child: Callable[[], None] = lambda: None) 
             raise GroupDied(status)
 
 
-def in_fresh_copy(fn: Callable[[], bool]) -> int:
+def in_fresh_copy(fn: Callable[[], bool], timeout: float | None = None) -> int | None:
     """Run ``fn`` in a copy of this process forked for it (before this one has done anything it
     could carry over) and wait for it; its exit status, as ``os.waitpid`` gives it (0: ``fn``
-    returned True). The copy sends no events (the worker's ``leave_if_forked`` ends it if it tries)."""
+    returned True). With ``timeout``, a copy still running after that many seconds is killed
+    (with what it started) and the answer is None. The copy sends no events (the worker's
+    ``leave_if_forked`` ends it if it tries)."""
     global FORKING
     _flush()
     freeze()
@@ -229,7 +284,25 @@ def in_fresh_copy(fn: Callable[[], bool]) -> int:
         _flush()
         os._exit(0 if ok else 1)
     FORKING = False
-    return _wait(pid)
+    if timeout is None:
+        return _wait(pid)
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except InterruptedError:
+            continue
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            for child in [pid, *descendants(pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            _wait(pid)
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _wait(pid: int) -> int:

@@ -10,7 +10,8 @@ passing cell: no cost there). It puts a ``Blame`` on the record:
 - ``check``: the ONNX checker rejects the file: ``exporter``.
 - ``load`` / ``run`` / ``parity``: the same file, on the same inputs, through the rungs
     1. ``onnx-reference``: ``onnx.reference.ReferenceEvaluator`` (the specification's semantics),
-       in a subprocess capped at ``HARNESS_BLAME_REFERENCE_S`` seconds (default 30); a graph too
+       in a copy of the worker forked for it (a fresh interpreter where the platform cannot
+       fork), killed past ``HARNESS_BLAME_REFERENCE_S`` seconds (default 30); a graph too
        large, an operator it lacks or a feature it ignores is ``no-reference``, never a failure;
     2. ``ort-disable-all`` and ``ort-default``: ONNX Runtime CPU with every graph optimisation off
        and at its default level;
@@ -24,7 +25,7 @@ passing cell: no cost there). It puts a ``Blame`` on the record:
   eager and the runtime does not; ``unknown`` with why otherwise.
 
 Standard library at module level; numpy, onnx and runtimes lazily. ``python -m
-harness.worker.diagnose.blame reference DIR`` is the capped reference rung's subprocess.
+harness.worker.diagnose.blame reference DIR`` is the reference rung's process where there is no fork.
 """
 from __future__ import annotations
 
@@ -179,7 +180,7 @@ def _judge(name: str, run_shapes, references, atol, rtol, floors=None) -> dict[s
 
 def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, atol, rtol,
                    floors=None) -> dict[str, Any]:
-    """The ONNX reference evaluator in a subprocess capped at ``HARNESS_BLAME_REFERENCE_S``."""
+    """The ONNX reference evaluator in a process of its own capped at ``HARNESS_BLAME_REFERENCE_S``."""
     import numpy as np
 
     t0 = time.perf_counter()
@@ -194,17 +195,12 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
         for i, f in enumerate(feeds):
             np.savez(Path(tmp) / f"feeds_{i}.npz", **f)
         (Path(tmp) / "job.json").write_text(json.dumps({"model": str(model_path), "shapes": len(feeds)}))
-        root = str(HARNESS_DIR.parent)   # the folder holding the harness package this worker runs
-        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        try:
-            proc = subprocess.run([sys.executable, "-m", ONNX_REFERENCE_MODULE, "reference", tmp], env=env,
-                                  capture_output=True, text=True, timeout=cap)
-        except subprocess.TimeoutExpired:
+        ended = _reference_process(Path(tmp), cap)
+        if ended is None:
             return _rung("onnx-reference", "no-reference", f"the reference evaluator ran past {cap:g} s",
                          time.perf_counter() - t0)
         result = json.loads((Path(tmp) / "result.json").read_text()) if (Path(tmp) / "result.json").exists() \
-            else {"status": "no-reference", "detail": f"reference subprocess exited {proc.returncode}: "
-                  f"{proc.stderr.strip()[-300:]}"}
+            else {"status": "no-reference", "detail": f"reference subprocess {ended}"}
         if result["status"] != "ran":
             return _rung("onnx-reference", result["status"], result.get("detail", ""), time.perf_counter() - t0)
         outputs = []
@@ -216,6 +212,38 @@ def reference_rung(model_path: Path, feeds: list[dict[str, Any]], references, at
         return _rung("onnx-reference", "fails", result["error"], seconds)
     differs = first_difference(references, outputs, atol, rtol, floors)
     return _rung("onnx-reference", "differs" if differs else "agrees", differs or "", seconds)
+
+
+def _reference_process(folder: Path, cap: float) -> str | None:
+    """Run ``_reference_main(folder)`` in a process of its own capped at ``cap`` seconds: a copy
+    of this worker forked for it, where the platform forks (onnx and numpy are already imported:
+    a fresh interpreter spent about 2.5 s importing them for every failing file), else a fresh
+    interpreter. None when it ran past the cap (it is killed); else how it ended, with the tail
+    of what it wrote on stderr when it did not end well."""
+    from harness.worker import group_process as fresh
+
+    if hasattr(os, "fork"):
+        errors = folder / "stderr.txt"
+
+        def child() -> bool:
+            fd = os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, 2)
+            _reference_main(folder)
+            return True
+
+        status = fresh.in_fresh_copy(child, timeout=cap)
+        if status is None:
+            return None
+        tail = errors.read_text(errors="replace").strip()[-300:] if errors.exists() else ""
+        return f"{fresh.describe(status)}: {tail}"
+    root = str(HARNESS_DIR.parent)   # the folder holding the harness package this worker runs
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        proc = subprocess.run([sys.executable, "-m", ONNX_REFERENCE_MODULE, "reference", str(folder)], env=env,
+                              capture_output=True, text=True, timeout=cap)
+    except subprocess.TimeoutExpired:
+        return None
+    return f"exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
 
 
 def _reference_main(folder: Path) -> None:
