@@ -21,6 +21,7 @@ assert the same. The gate's logic on given timings is unit-tested in ``test_stat
 from __future__ import annotations
 
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -114,7 +115,13 @@ def test_equal_files_are_never_slower_under_load(files, busy_core) -> None:
     # Not a gate that says nothing: the busy core leaves the other free, and the comparisons decide.
     decided = [c for c in twins + same if c.verdict is Verdict.UNCHANGED]
     assert len(decided) >= 0.8 * len(verdicts), [c.detail for c in twins + same]
-    assert all(0.95 < c.interleaved.main.ratio < 1.05 for c in decided)
+    # Each told ratio inside the threshold, and no lean: the median of them within ±5 % of 1. (One
+    # comparison of 25 beside a spinning core on a VM that loses CPU time to its host came out
+    # beyond ±5 % on CI and was still, rightly, "unchanged".)
+    threshold = Settings().latency_threshold
+    ratios = sorted(round(c.interleaved.main.ratio, 3) for c in decided)
+    assert all(1 / threshold < r < threshold for r in ratios), ratios
+    assert 0.95 < statistics.median(ratios) < 1.05, ratios
     assert all(c.detail.startswith("not reproducible: first look") or "within the 1.1 threshold" in c.detail
                for c in decided)
 
