@@ -35,8 +35,7 @@ from harness.worker.stages import GroupContext
 
 def _table() -> str:
     """Whether this process's dynamo exports took torchlib's table as kept by the worker."""
-    apis = fresh._torchlib_apis()
-    return "kept" if getattr(getattr(apis, "get_torchlib_ops", None), "harness_original", None) else "plain"
+    return "kept" if fresh.torchlib_table_kept() else "plain"
 
 
 def _outcome(ctx: GroupContext) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def keep_torchlib_table() -> bool:
     table."""
     apis = _torchlib_apis()
     original = getattr(apis, "get_torchlib_ops", None)
-    if original is None or getattr(original, "harness_original", None) is not None:
+    if original is None or _kept_original(apis) is not None:
         return original is not None
     kept: dict[tuple, list] = {}
 
@@ -142,10 +142,20 @@ def keep_torchlib_table() -> bool:
     return True
 
 
+def _kept_original(apis: Any) -> Any:
+    """onnxscript's own ``get_torchlib_ops`` where ``keep_torchlib_table`` wrapped it, else None."""
+    return getattr(getattr(apis, "get_torchlib_ops", None), "harness_original", None)
+
+
+def torchlib_table_kept() -> bool:
+    """Whether this process's dynamo exports take torchlib's table as ``keep_torchlib_table`` keeps it."""
+    return _kept_original(_torchlib_apis()) is not None
+
+
 def forget_torchlib_table() -> None:
     """Undo ``keep_torchlib_table`` in this process: torch.onnx's export as it comes."""
     apis = _torchlib_apis()
-    original = getattr(getattr(apis, "get_torchlib_ops", None), "harness_original", None)
+    original = _kept_original(apis)
     if original is not None:
         apis.get_torchlib_ops = original
 
