@@ -64,7 +64,7 @@ def render_seconds(run_dir: Path, reports: Path) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-def breakdown(run_dir: Path, reports: Path, wall_s: float) -> dict[str, Any]:
+def breakdown(run_dir: Path, reports: Path, wall_s: float, cpu_s: float | None = None) -> dict[str, Any]:
     records = read_records(run_dir / "results.jsonl")
     schedule = json.loads((run_dir / "run.json").read_text()).get("schedule", {})
     verdicts, latency = schedule.get("verdict_phase_s") or 0.0, schedule.get("latency_phase_s") or 0.0
@@ -75,6 +75,7 @@ def breakdown(run_dir: Path, reports: Path, wall_s: float) -> dict[str, Any]:
             made[r.export_made.get("how", "?")] = made.get(r.export_made.get("how", "?"), 0) + 1
     return {
         "cells": len(records), "cached": sum(1 for r in records if r.cached_from), "wall_s": round(wall_s, 1),
+        "cpu_s": cpu_s,
         "environments_and_setup_s": round(max(wall_s - verdicts - latency - render, 0.0), 1),
         "verdict_phase_s": verdicts, "latency_phase_s": latency,
         "latency_share": round(latency / wall_s, 3) if wall_s else None,
@@ -148,7 +149,7 @@ def cold_and_warm(config: Path, only: str = "") -> dict[str, Any]:
             t0 = time.perf_counter()
             stats, _ = bench_matrix_run(config, only, store)
             run_dir = Path(stats["run_dir"])
-            result[label] = breakdown(run_dir, store, time.perf_counter() - t0)
+            result[label] = breakdown(run_dir, store, time.perf_counter() - t0, stats["cpu_s"])
     result["warm_vs_cold"] = round(result["warm"]["wall_s"] / result["cold"]["wall_s"], 3)
     return result
 

@@ -41,11 +41,15 @@ def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
     """Run a small real matrix into ``reports``; wall time, phases (wall and summed stage time),
     cells taken from the cache, peak RSS of the workers."""
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = usage0.ru_maxrss
     proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix",
                            "--config", str(config), *(["--only", only] if only else []), *args], check=True, capture_output=True,
                           text=True, env=None if env is None else {**os.environ, **env})
     wall = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The runner's and every worker's CPU (each waits for the processes it starts).
+    cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
     out = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: ")))
     peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     records = read_records(out / "results.jsonl")
@@ -53,7 +57,7 @@ def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
     lat = [r.latency_ms for r in records if r.latency_ms and not r.cached_from]
     stats = {
         "args": " ".join(args), "run_dir": str(out), "cells": len(records), "wall_s": round(wall, 2),
-        "per_cell_s": round(wall / max(len(records), 1), 3),
+        "per_cell_s": round(wall / max(len(records), 1), 3), "cpu_s": round(cpu, 1),
         "jobs": schedule.get("jobs"), "cached": schedule.get("cached"),
         "verdict_phase_s": schedule.get("verdict_phase_s"), "latency_phase_s": schedule.get("latency_phase_s"),
         **phases(records),

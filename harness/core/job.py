@@ -185,6 +185,9 @@ class Job:
     # Keep each passing group's file, feeds and eager outputs in the spool also without latency:
     # runtime-only environments run them on other runtime releases (harness.run.post.runtime_floors).
     keep_spool: bool = False
+    # Measure the runtime binding's overhead (``floor_ms``) beside each timing; the latency
+    # phase's confirming workers do not: only their medians are read (``harness.run.confirm``).
+    floor: bool = True
 
     @property
     def spool(self) -> Path:

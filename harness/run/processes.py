@@ -16,8 +16,7 @@ def tree_cpu(pid: int) -> float | None:
     """CPU seconds (user + system) of a process, its descendants and the children it reaped
     (a group's finished process); None once it is gone."""
     try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = _tree(pid)
     except psutil.Error:
         return None
     total = 0.0
@@ -28,16 +27,31 @@ def tree_cpu(pid: int) -> float | None:
     return total
 
 
-def tree_rss(pid: int) -> int:
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def tree_rss(pid: int, limit: int | None = None) -> int:
     """Resident memory of a process and its descendants, in bytes (0 once it is gone). Each
     process counts its proportional share of pages it shares (PSS): a group's process forked
-    from the warm worker shares the worker's imported torch, which counts once, not twice."""
-    total = 0
+    from the warm worker shares the worker's imported torch, which counts once, not twice.
+
+    With ``limit``, the sum of plain resident sizes (``/proc/PID/statm``, cheap) is read first:
+    it is never below the PSS sum, so when it is within ``limit`` it is returned as it is and
+    the PSS (``smaps_rollup``, which walks every page table) is read only when it is over."""
     try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = _tree(pid)
     except psutil.Error:
         return 0
+    if limit is not None:
+        bound = 0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                bound += p.memory_info().rss
+        if bound <= limit:
+            return bound
+    total = 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
             try:

@@ -25,6 +25,11 @@ from harness.run.supervisor import Stopped, WorkerSupervisor
 from harness.run.workqueue import EnvWork
 from harness.store.cache import CellCache, KeyContext, adopt
 
+# How long a free slot waits for an environment still being prepared before it joins one another
+# worker already works on: an installed environment is checked in about 3 s, while a second worker
+# of one environment spends 15 s of CPU importing torch and torch.export again (2-core machine).
+JOIN_GRACE_S = 10.0
+
 
 def plan_needs(plan: Plan, done: set[str]) -> list[tuple[EnvPlan, list[Cell]]]:
     """Per environment of the plan, its cells not yet recorded (``done``)."""
@@ -39,7 +44,9 @@ class Scheduler:
     workers); as each becomes ready its cells are looked up in the cell cache and the rest queued
     as export groups (``EnvWork``). A free slot takes the environment nobody works on yet, else
     the one with the most groups left, and its worker pulls that environment's groups one at a
-    time: two workers of one environment run different groups. Passing verdicts are held.
+    time: two workers of one environment run different groups. While environments are still being
+    prepared, a slot that would only be the second on one waits up to ``JOIN_GRACE_S`` for one of
+    them first (a second worker pays its imports again). Passing verdicts are held.
 
     **Latency**, serially, once every verdict worker has ended and every environment is ready:
     one latency worker per environment times the held cells' spooled files, nothing else running
@@ -183,9 +190,13 @@ class Scheduler:
     def _next_work(self) -> EnvWork | None:
         """The environment this slot works on next; None once there is nothing left to start."""
         with self.cond:
+            grace_until = time.monotonic() + JOIN_GRACE_S
             while not self.stop.is_set():
                 ready = [(name, w) for name, w in self.works.items() if len(w)]
-                if ready:
+                joining = ready and all(self.assigned[name] > 0 for name, _ in ready)
+                if joining and not self.envs_settled and time.monotonic() < grace_until:
+                    ready = []    # one more environment may come before the grace ends: wait for it
+                elif ready:
                     # Nobody on it yet first (one worker start per environment), then most left.
                     name, work = min(ready, key=lambda nw: (self.assigned[nw[0]] > 0, -len(nw[1]),
                                                              list(self.works).index(nw[0])))
@@ -242,7 +253,8 @@ class Scheduler:
 
             def again(ids: list[str], protocol: LatencyProtocol) -> dict[str, Record]:
                 self.writer.progress.describe(f"{env.name}: latency check")
-                ctx = dataclasses.replace(self.ctx, job=self.ctx.job.replace(latency=protocol, bundles=False))
+                ctx = dataclasses.replace(self.ctx, job=self.ctx.job.replace(latency=protocol, bundles=False,
+                                                                              floor=False))
                 return self._time(env_plan, [held[i] for i in ids], ctx)[0]
 
             for key, n in confirm(timings, self.job.latency, again).items():

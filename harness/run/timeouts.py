@@ -41,16 +41,23 @@ class Progress:
         self.reset()
 
     def reset(self, extra_s: float = 0.0) -> None:
-        """Progress now; ``extra_s`` more budget until the next (the worker's imports)."""
+        """Progress now; ``extra_s`` more budget until the next (the worker's imports).
+
+        The tree's CPU time is first read at the next poll ``CPU_POLL_S`` later, not here: a
+        worker sends several events a second, and reading its whole tree at each (every process's
+        ``/proc`` entry) cost the runner more CPU than the timing it shares the machine with. The
+        CPU a cell uses in that first second is not charged to it."""
         self.extra_s = extra_s
         self.start = self.clock()
         self.samples.clear()
-        self.cpu0 = self._sample(self.start)
+        self.cpu0: float | None = None
         self.next_sample = self.start + CPU_POLL_S
 
     def _sample(self, now: float) -> float | None:
         cpu = self.measure() if self.measure is not None else None
         if cpu is not None:
+            if self.cpu0 is None:
+                self.cpu0 = cpu
             self.samples.append((now, cpu))
             while len(self.samples) > 2 and self.samples[1][0] <= now - IDLE_WINDOW_S:
                 self.samples.popleft()

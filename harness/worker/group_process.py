@@ -70,6 +70,9 @@ def preload() -> list[str]:
     done += _preload_own()
     if prepare_exporter():
         done.append("torchlib-registry")
+    from harness.worker.loaded import resolve_imported
+
+    resolve_imported()    # the forked groups' case files then resolve only what they import
     return done
 
 

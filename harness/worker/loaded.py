@@ -57,6 +57,29 @@ def _excluded_roots(extra: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+# A module's file → its real path. ``files`` resolves every imported module's file at each
+# group's end (some 3,000 with torch, each ``realpath`` one ``lstat`` per path component); a
+# module's file stays where it is while the worker runs, so each is resolved once, and those the
+# warm parent imported once for all the groups forked from it (``resolve_imported``).
+_REAL_PATHS: dict[str, str] = {}
+
+
+def _real_module_path(name: str) -> str:
+    real = _REAL_PATHS.get(name)
+    if real is None:
+        real = _REAL_PATHS[name] = os.path.realpath(name)
+    return real
+
+
+def resolve_imported() -> None:
+    """Resolve the files of the modules imported so far (the warm parent, before it forks)."""
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str):
+            with contextlib.suppress(OSError, ValueError):
+                _real_module_path(name)
+
+
 class CaseFiles:
     """Collects the files the watched code loads (one instance per worker process)."""
 
@@ -92,33 +115,31 @@ class CaseFiles:
         finally:
             CaseFiles._active = previous
 
-    def _keep(self, path: str, base_dir: str | None = None) -> str | None:
+    def _keep(self, path: str, base_dir: str | None, written: set[str], module: bool = False) -> str | None:
         try:
-            real = os.path.realpath(path)
+            real = _real_module_path(path) if module else os.path.realpath(path)
         except (OSError, ValueError):
             return None
         if real.startswith(self.roots) or not os.path.isfile(real):
             return None
         if real.endswith((".pyc", ".pyo")) or f"{os.sep}__pycache__{os.sep}" in real:
             return None   # bytecode the import system caches: its source file is the input
-        if real in self._written() or (real.startswith(_TMP) and not (base_dir and real.startswith(base_dir))):
+        if real in written or (real.startswith(_TMP) and not (base_dir and real.startswith(base_dir))):
             return None   # written by this process, or generated in the temporary folder by a library
         return real
-
-    def _written(self) -> set[str]:
-        return {os.path.realpath(p) for p in CaseFiles.written}
 
     def files(self, declared: Iterable[str | Path] = (), base_dir: str | Path | None = None) -> set[str]:
         """Every file loaded so far (modules and opened files), plus the declared ones; files
         in the temporary folder count only inside ``base_dir`` (a repository checked out there)."""
         base = os.path.realpath(base_dir) + os.sep if base_dir is not None else None
+        written = {os.path.realpath(p) for p in CaseFiles.written}
         found = set()
         for module in list(sys.modules.values()):
             name = getattr(module, "__file__", None)
-            if isinstance(name, str) and (kept := self._keep(name, base)):
+            if isinstance(name, str) and (kept := self._keep(name, base, written, module=True)):
                 found.add(kept)
         for name in self.opened:
-            if kept := self._keep(name, base):
+            if kept := self._keep(name, base, written):
                 found.add(kept)
         for name in declared:
             real = os.path.realpath(name)

@@ -576,7 +576,9 @@ def _run_stages(ctx: GroupContext, cell: CellJob, rec: Record, durations: dict[s
                 if job.latency.enabled:
                     feeds0 = match_feeds(ctx.feeds[0], graph_inputs)
                     rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
-                    rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
+                    if job.floor:
+                        rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency,
+                                                                              job.threads)
     except StageFailure as failure:
         rec.status = failure.status
         rec.stage = None if failure.status is Status.SKIP else failure.stage
@@ -667,7 +669,8 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
             active.enter_context(adapter)
             feeds0 = match_feeds(spooled.feeds, adapter.input_names())
             rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
-            rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
+            if job.floor:
+                rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
     except StageFailure as failure:
         rec.status = Status.FAIL
         rec.stage = Stage.LATENCY

@@ -100,3 +100,26 @@ def test_a_worker_job_records_interval_stop_overhead_and_a_bounded_sample(tmp_pa
     for rec in records:
         assert f"{rec.latency_ms.median:.3g} ms (floor {rec.latency_ms.binding_overhead_ms:.2g})" in md
     assert "identity model" in md
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
+def test_a_confirming_job_times_without_measuring_the_overhead(tmp_path, monkeypatch):
+    """The latency phase's confirming workers (``floor=False``) give only their medians: the
+    identity model is never timed there, and their records carry no overhead."""
+    from harness.worker.main import run_job
+
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
+    case = tmp_path / "cases.py"
+    case.write_text("import torch\n"
+                    "def lin():\n"
+                    "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n")
+    cells = tuple(CellJob(f"c-{r}", r, r) for r in RUNTIMES)
+    group = ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17, cells=cells)
+    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,),
+              base_dir=str(tmp_path), latency=QUICK, floor=False)
+    events: list[dict] = []
+    run_job(job, events.append)
+    records = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
+    assert [r.status for r in records] == [Status.PASS] * len(RUNTIMES)
+    assert all(r.latency_ms.median > 0 and r.latency_ms.binding_overhead_ms is None for r in records)
+    assert latency._OVERHEADS == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,16 @@ class FakeProvider:
         return {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
 
 
-def run(tmp_path, torch=("2.13.0",), jobs=2, **env):
+class SlowSecondProvider(FakeProvider):
+    """The second environment takes a moment to prepare (an installed one is checked in seconds)."""
+
+    def ensure(self, spec):
+        if spec.torch == "2.13.0":
+            time.sleep(1.5)
+        return super().ensure(spec)
+
+
+def run(tmp_path, torch=("2.13.0",), jobs=2, provider_cls=FakeProvider, **env):
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE_WORKER)
     stamps = tmp_path / "stamps.jsonl"
@@ -113,7 +123,7 @@ def run(tmp_path, torch=("2.13.0",), jobs=2, **env):
                                     "opsets": [17], "runtimes": ["ort-cpu", "openvino"],
                                     "cases": ["conv_bn", "mha", "lstm"], "cell_timeout_s": 30})
     plan = build_plan(matrix)
-    provider = FakeProvider(script, {"FAKE_STAMPS": str(stamps), **env})
+    provider = provider_cls(script, {"FAKE_STAMPS": str(stamps), **env})
     run_dir = execute(RunRequest(matrix, tmp_path / "m.yaml", plan, tmp_path / "reports", tmp_path / "run",
                                  provider, jobs=jobs))
     intervals = [json.loads(line) for line in stamps.read_text().splitlines()] if stamps.exists() else []
@@ -144,6 +154,21 @@ def test_two_workers_share_one_environment(tmp_path):
     plan, _, records, intervals = run(tmp_path, FAKE_CELL_S="0.2")
     pids = {i["pid"] for i in intervals if i["phase"] == "verdict"}
     assert len(pids) == 2
+    assert sorted(r.cell_id for r in records) == sorted(c.cell_id for c in plan.cells)
+
+
+def test_a_free_slot_waits_for_an_environment_being_prepared_before_doubling_up(tmp_path):
+    """Two slots, the second environment ready 1.5 s after the first: the second slot starts its
+    first worker on it rather than a second worker of the first (which would import torch again);
+    once nothing more is coming, a free slot joins the environment with the most left."""
+    plan, _, records, intervals = run(tmp_path, torch=("2.6.0", "2.13.0"), provider_cls=SlowSecondProvider,
+                                      FAKE_CELL_S="0.3")
+    verdicts = sorted((i for i in intervals if i["phase"] == "verdict"), key=lambda i: i["start"])
+    first_env: dict[int, str] = {}
+    for i in verdicts:
+        first_env.setdefault(i["pid"], i["env"])
+    starts = list(first_env.values())
+    assert starts[:2] == [e.env.name for e in plan.environments], starts
     assert sorted(r.cell_id for r in records) == sorted(c.cell_id for c in plan.cells)
 
 
