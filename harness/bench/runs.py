@@ -42,7 +42,6 @@ def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
     cells taken from the cache, peak RSS of the workers."""
     t0 = time.perf_counter()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before = usage0.ru_maxrss
     proc = subprocess.run([sys.executable, "-m", "harness", "--reports", str(reports), "matrix",
                            "--config", str(config), *(["--only", only] if only else []), *args], check=True, capture_output=True,
                           text=True, env=None if env is None else {**os.environ, **env})
@@ -51,7 +50,7 @@ def bench_matrix_run(config: Path, only: str, reports: Path, *args: str,
     # The runner's and every worker's CPU (each waits for the processes it starts).
     cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
     out = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: ")))
-    peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    peak_kb = max(usage0.ru_maxrss, usage.ru_maxrss)
     records = read_records(out / "results.jsonl")
     schedule = json.loads((out / "run.json").read_text()).get("schedule", {})
     lat = [r.latency_ms for r in records if r.latency_ms and not r.cached_from]

@@ -267,8 +267,9 @@ class WorkerSupervisor:
                 return timeout
             if self.memory_limit_mb and now >= next_poll and self.owns_tree:
                 next_poll = now + MEMORY_POLL_S
-                rss = tree_rss(proc.pid, self.memory_limit_mb * MIB)
-                if rss > self.memory_limit_mb * MIB:
+                limit = self.memory_limit_mb * MIB
+                rss = tree_rss(proc.pid, limit)
+                if rss > limit:
                     return Death(Status.CRASH, f"MemoryLimit: the worker's processes reached "
                                  f"{rss / MIB:.0f} MiB, over cell_memory_mb={self.memory_limit_mb}",
                                  final=True)

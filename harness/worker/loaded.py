@@ -71,13 +71,19 @@ def _real_module_path(name: str) -> str:
     return real
 
 
-def resolve_imported() -> None:
-    """Resolve the files of the modules imported so far (the warm parent, before it forks)."""
+def _module_files() -> Iterator[str]:
+    """The file of every module imported so far."""
     for module in list(sys.modules.values()):
         name = getattr(module, "__file__", None)
         if isinstance(name, str):
-            with contextlib.suppress(OSError, ValueError):
-                _real_module_path(name)
+            yield name
+
+
+def resolve_imported() -> None:
+    """Resolve the files of the modules imported so far (the warm parent, before it forks)."""
+    for name in _module_files():
+        with contextlib.suppress(OSError, ValueError):
+            _real_module_path(name)
 
 
 class CaseFiles:
@@ -134,9 +140,8 @@ class CaseFiles:
         base = os.path.realpath(base_dir) + os.sep if base_dir is not None else None
         written = {os.path.realpath(p) for p in CaseFiles.written}
         found = set()
-        for module in list(sys.modules.values()):
-            name = getattr(module, "__file__", None)
-            if isinstance(name, str) and (kept := self._keep(name, base, written, module=True)):
+        for name in _module_files():
+            if kept := self._keep(name, base, written, module=True):
                 found.add(kept)
         for name in self.opened:
             if kept := self._keep(name, base, written):

@@ -68,24 +68,31 @@ def test_overhead_is_measured_once_per_runtime_and_thread_count(monkeypatch):
     assert calls == [1, 2]
 
 
-@pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
-def test_a_worker_job_records_interval_stop_overhead_and_a_bounded_sample(tmp_path, monkeypatch):
-    from harness.report.markdown import render_markdown
+def run_linear_job(tmp_path, **job) -> list[Record]:
+    """A real worker job: a 4 → 3 linear layer exported with TorchScript, run and timed in every
+    installed runtime; its records."""
     from harness.worker.main import run_job
 
-    monkeypatch.setattr(latency, "_OVERHEADS", {})
     case = tmp_path / "cases.py"
     case.write_text("import torch\n"
                     "def lin():\n"
                     "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n")
     cells = tuple(CellJob(f"c-{r}", r, r) for r in RUNTIMES)
     group = ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17, cells=cells)
-    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,),
-              base_dir=str(tmp_path), latency=LatencyProtocol(min_runs=200, min_time_s=0.05))
     events: list[dict] = []
-    run_job(job, events.append)
+    run_job(Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,),
+                base_dir=str(tmp_path), **job), events.append)
     records = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
     assert [r.status for r in records] == [Status.PASS] * len(RUNTIMES)
+    return records
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
+def test_a_worker_job_records_interval_stop_overhead_and_a_bounded_sample(tmp_path, monkeypatch):
+    from harness.report.markdown import render_markdown
+
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
+    records = run_linear_job(tmp_path, latency=LatencyProtocol(min_runs=200, min_time_s=0.05))
     for rec in records:
         lat = rec.latency_ms
         assert lat.ci_low <= lat.median <= lat.ci_high and lat.confidence == 0.95
@@ -106,20 +113,7 @@ def test_a_worker_job_records_interval_stop_overhead_and_a_bounded_sample(tmp_pa
 def test_a_confirming_job_times_without_measuring_the_overhead(tmp_path, monkeypatch):
     """The latency phase's confirming workers (``floor=False``) give only their medians: the
     identity model is never timed there, and their records carry no overhead."""
-    from harness.worker.main import run_job
-
     monkeypatch.setattr(latency, "_OVERHEADS", {})
-    case = tmp_path / "cases.py"
-    case.write_text("import torch\n"
-                    "def lin():\n"
-                    "    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n")
-    cells = tuple(CellJob(f"c-{r}", r, r) for r in RUNTIMES)
-    group = ExportGroup("g1", "lin", f"{case}:lin", "torchscript", 17, cells=cells)
-    job = Job(run_id="r", run_dir=str(tmp_path / "run"), env="env", groups=(group,),
-              base_dir=str(tmp_path), latency=QUICK, floor=False)
-    events: list[dict] = []
-    run_job(job, events.append)
-    records = [Record.from_dict(e["record"]) for e in events if e["event"] == "record"]
-    assert [r.status for r in records] == [Status.PASS] * len(RUNTIMES)
+    records = run_linear_job(tmp_path, latency=QUICK, floor=False)
     assert all(r.latency_ms.median > 0 and r.latency_ms.binding_overhead_ms is None for r in records)
     assert latency._OVERHEADS == {}
