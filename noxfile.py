@@ -22,14 +22,27 @@ def _install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> 
     if location is None:
         return   # --no-venv: the interpreter nox runs in has the project already
     spec = f".[{','.join(extras)}]" if extras else "."
-    stamp_text = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr((spec, also)).encode()).hexdigest()
+    request = (spec, also, "bytecode")
+    stamp_text = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr(request).encode()).hexdigest()
     stamp = Path(location) / ".harness-install-stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
         return
     session.install("-e", spec)
     if also:
         session.install(*also)
+    _compile(session, Path(location))
     stamp.write_text(stamp_text)
+
+
+def _compile(session: nox.Session, location: Path) -> None:
+    """Compile the session's packages and the harness to bytecode, once per install (pip does it
+    for what it installs, uv does not). The runner, the workers and every test's subprocess import
+    pandas, scipy, pydantic and the harness; where PYTHONDONTWRITEBYTECODE is set (CI, containers)
+    they would compile those sources again at every start. Exit 1 (a file that does not compile
+    under this Python, such as a test module written for a newer one) leaves that file alone."""
+    sites = [str(p) for p in location.glob("lib/python*/site-packages")]
+    session.run("python", "-m", "compileall", "-q", "-j", "0", *sites, "harness", success_codes=[0, 1],
+                silent=True)
 
 
 def _invoked(session: nox.Session) -> dict[str, str]:

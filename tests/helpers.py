@@ -24,7 +24,8 @@ FIXTURES = TESTS / "fixtures"
 OLD, BOTH, HOSTILE = "20261129-143928-ca9e5d", "20261129-144014-ca9e5d", "20261129-150000-0bad00"
 
 
-PRODUCT_MARKER = ".complete"
+# Named for what it holds: one built before its packages were compiled to bytecode is built again.
+PRODUCT_MARKER = ".complete-bytecode"
 
 
 def product_dir() -> Path:
@@ -41,7 +42,10 @@ def product_dir() -> Path:
 def product_python() -> Path:
     """The product environment's interpreter, built once (a file lock: xdist workers and other
     checkouts wait for the first) from pyproject.toml's dependencies with uv (its cache makes
-    it a matter of seconds)."""
+    it a matter of seconds). Its packages are compiled to bytecode as they are installed, as the
+    project's own sessions do (``noxfile._compile``): every end-to-end test starts the runner in
+    it, and where PYTHONDONTWRITEBYTECODE is set each start would compile pandas, scipy and
+    pydantic again."""
     from filelock import FileLock
 
     target = product_dir()
@@ -56,7 +60,7 @@ def product_python() -> Path:
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
         subprocess.run([uv, "venv", "-q", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
                         str(target)], check=True)
-        proc = subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "-r",
+        proc = subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "--python", str(python), "-r",
                                str(ROOT / "pyproject.toml")], capture_output=True, text=True)
         if proc.returncode != 0:
             shutil.rmtree(target, ignore_errors=True)

@@ -27,6 +27,7 @@ FOREIGN = {
     "--init": "docker", "--system-site-packages": "uv venv", "--python": "uv", "--extra-index-url": "pip",
     "--index-url": "pip", "--find-links": "pip", "--from": "uvx", "--hash": "pip (requirements files)",
     "--ignore-scripts": "npm ci", "--prefer-offline": "npm ci", "--no-venv": "nox",
+    "--compile-bytecode": "uv pip install",
 }
 
 

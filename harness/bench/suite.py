@@ -28,6 +28,8 @@ assertions in tests. In one run:
   warm worker, against a group run in the long-lived worker and a cold ``python -c "import
   torch"``, and the small matrix's verdict phase with a fresh process per group against the
   long-lived worker (``HARNESS_WORKER_FORK=0``), same verdicts asked of both.
+- process starts with an environment's bytecode and without it, interleaved
+  (``harness.bench.bytecode``): the verdict worker, the latency worker and the runner.
 """
 from __future__ import annotations
 
@@ -401,6 +403,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
     keep the numbers."""
     from harness.bench.breakdown import bench_default_matrix, bench_zoo_sample, zoo_rows
     from harness.bench.breakdown import rows as breakdown_rows
+    from harness.bench.bytecode import bench_bytecode
+    from harness.bench.bytecode import rows as bytecode_rows
     from harness.bench.interleaved import bench_interleaved, interleaved_rows
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
 
@@ -418,6 +422,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "blame_accuracy": bench_blame_accuracy,
         "default_matrix": bench_default_matrix,
         "zoo_sample": bench_zoo_sample,
+        "bytecode": lambda: bench_bytecode(latency_env(config, only)),
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
     if unknown:
@@ -461,6 +466,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += breakdown_rows(results["default_matrix"])
     if "zoo_sample" in results:
         rows += zoo_rows(results["zoo_sample"])
+    if "bytecode" in results:
+        rows += bytecode_rows(results["bytecode"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

@@ -52,12 +52,14 @@ class ExistingPython:
 
     def worker_env(self, spec: EnvSpec, threads: int) -> dict[str, str]:
         """The harness alone on PYTHONPATH (the environment's own path is what the probe read, no
-        user site-packages), its bytecode cache outside the environment."""
+        user site-packages), its bytecode cache outside the environment. That cache is the
+        harness's own folder, so it is written even where PYTHONDONTWRITEBYTECODE is set (which
+        would have every worker compile torch's sources again); the environment is never written."""
         env = harness_process_env(threads)
         env["PYTHONPATH"] = str(import_root())
         env["PYTHONNOUSERSITE"] = "1"
         env["PYTHONPYCACHEPREFIX"] = str(pycache_dir())
-        for var in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP"):
+        for var in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONDONTWRITEBYTECODE"):
             env.pop(var, None)
         return env
 

@@ -286,11 +286,32 @@ def _when(ts: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if isinstance(ts, (int, float)) else "?"
 
 
-def run_plots(records: list[Record]) -> dict[str, str | None]:
+PLOTS = {"latency": plots.latency_plot, "parity": plots.parity_plot}
+KEY_SUFFIX = ".key"   # beside plots/NAME.svg: the plot_key it was drawn from
+
+
+def run_plots(records: list[Record], earlier: list[Path] = ()) -> tuple[dict[str, str | None], str | None]:
+    """The run's plots (name → SVG, or None where there is nothing to plot) and their key; a
+    plot that one of the ``earlier`` run directories drew from the same key is taken from it."""
     df = records_frame(records)
     if df.empty:
-        return {}
-    return {"latency": plots.latency_plot(df), "parity": plots.parity_plot(df)}
+        return {}, None
+    key = plots.plot_key(df)
+    out: dict[str, str | None] = {}
+    for name, draw in PLOTS.items():
+        out[name] = next((svg for run in earlier if (svg := _drawn(run, name, key)) is not None), None) \
+            or draw(df)
+    return out, key
+
+
+def _drawn(run_dir: Path, name: str, key: str) -> str | None:
+    """The SVG ``run_dir`` drew for plot ``name`` from ``key``, if it did."""
+    try:
+        if (run_dir / "plots" / f"{name}{KEY_SUFFIX}").read_text(encoding="utf-8").strip() == key:
+            return (run_dir / "plots" / f"{name}.svg").read_text(encoding="utf-8")
+    except OSError:
+        pass
+    return None
 
 
 def stored_plots(run_dir: Path) -> dict[str, str]:
@@ -301,12 +322,16 @@ def stored_plots(run_dir: Path) -> dict[str, str]:
 def write_reports(run_dir: Path, records: list[Record], meta: RunMeta, reports: Path | None) -> Path:
     """All report files of one run (matrix.md, matrix.html, plots/); results and run.json stay as they are."""
     run_dir = Path(run_dir)
-    svgs = run_plots(records)
-    written = [write_report_file(run_dir, f"plots/{k}.svg", v).relative_to(run_dir).as_posix()
-               for k, v in svgs.items() if v]
+    runs = list_runs(reports) if reports is not None else []
+    svgs, key = run_plots(records, [p for p in reversed(runs) if p.resolve() != run_dir.resolve()])
+    written = []
+    for name, svg in svgs.items():
+        if svg:
+            written.append(write_report_file(run_dir, f"plots/{name}.svg", svg).relative_to(run_dir).as_posix())
+            write_report_file(run_dir, f"plots/{name}{KEY_SUFFIX}", f"{key}\n")
     previous = previous_run(meta, records_frame(records), reports) if records else None
     md = write_report_file(run_dir, "matrix.md", render_markdown(records, meta, previous, written))
-    in_store = reports is not None and any(p.resolve() == run_dir.resolve() for p in list_runs(reports))
+    in_store = any(p.resolve() == run_dir.resolve() for p in runs)
     html = render_run_html(run_dir, records, meta, previous, svgs, "../../index.html" if in_store else None)
     write_report_file(run_dir, "matrix.html", html)
     if in_store:
@@ -330,7 +355,7 @@ def write_site(reports: Path, site: Path) -> Path:
             continue
         meta, records = load_run(run_dir)
         previous = previous_run(meta, records_frame(records), reports) if records else None
-        html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records),
+        html = render_run_html(run_dir, records, meta, previous, stored_plots(run_dir) or run_plots(records)[0],
                                "../index.html")
         # A file name made from the id (never a path: an index entry is data).
         (site / "runs" / f"{bounded_name(entry['run_id'])}.html").write_text(html, encoding="utf-8",

@@ -1,10 +1,15 @@
 """Plots (matplotlib, Agg): latency and parity across torch versions, pass rate across runs.
 
 Each plot is returned as SVG text; reports embed it as a data: image, so nothing in it can run.
+A run's plots are drawn from a few columns of its records (``PLOT_COLUMNS``): ``plot_key`` is a
+digest of those, of this module and of matplotlib's release, and a render takes a plot with the
+same key from an earlier run of the store instead of drawing it again (an unchanged re-run).
 """
 from __future__ import annotations
 
+import hashlib
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -18,6 +23,17 @@ from harness.report.aggregate import PASSED, sorted_torch
 STYLE = {"svg.fonttype": "path", "svg.hashsalt": "torch-onnx-matrix", "font.size": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
 MAX_PANELS = 12  # beyond this a grid of tiny panels says nothing; the HTML table has every value
+# Everything a plot of this module reads from a run's records (``records_frame``).
+PLOT_COLUMNS = ["case", "torch", "runtime", "exporter", "status", "latency", "max_abs"]
+
+
+def plot_key(df: pd.DataFrame) -> str:
+    """A digest of what the plots are drawn from: the rows' plotted columns (in any order: the
+    drawing sorts them), this module's code and matplotlib's release. Equal keys, equal SVGs."""
+    data = df[PLOT_COLUMNS].astype(str).sort_values(PLOT_COLUMNS).to_csv(index=False)
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(matplotlib.__version__.encode() + b"\0" + data.encode())
+    return h.hexdigest()[:16]
 
 
 def _svg(fig) -> str:

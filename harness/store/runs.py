@@ -173,7 +173,8 @@ def resolve_run(ref: str, reports: Path = REPORTS) -> Path:
 
 
 # Files a re-render may write into a finished run; everything else there is immutable.
-REPORT_FILES = ("matrix.md", "matrix.html", "plots/latency.svg", "plots/parity.svg")
+REPORT_FILES = ("matrix.md", "matrix.html", "plots/latency.svg", "plots/parity.svg",
+                "plots/latency.key", "plots/parity.key")
 IMMUTABLE_FILES = ("results.jsonl", "run.json")
 
 

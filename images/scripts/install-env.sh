@@ -28,6 +28,8 @@ if [ -s /run/secrets/index ]; then . /run/secrets/index; fi
 if ls /tmp/wheels/*.whl >/dev/null 2>&1; then set -- --find-links /tmp/wheels "$@"; fi
 uv=/tmp/tools/uv
 "$uv" venv --python "$python" /opt/venv
-"$uv" pip install --python /opt/venv/bin/python "$@"
+# Bytecode compiled here: containers run as nobody with PYTHONDONTWRITEBYTECODE, so a worker
+# would otherwise compile torch's sources again at every start.
+"$uv" pip install --compile-bytecode --python /opt/venv/bin/python "$@"
 # What run.json reports as "installed", produced as for venvs (uv pip freeze).
 "$uv" pip freeze --python /opt/venv/bin/python > /opt/venv/installed.txt

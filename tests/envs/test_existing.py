@@ -82,9 +82,18 @@ def direct(python: Path, work: Path) -> str:
 def test_a_venv_made_by_hand_runs_unchanged_offline(work, venvs):
     python = venvs["a"]
     files, installed = tree(python.parent.parent), freeze(python)
-    run_dir = run_in(work, python, "a", env=offline_env(work))
+    # As on CI machines and in most images: Python would write no bytecode of its own accord.
+    run_dir = run_in(work, python, "a", env={**offline_env(work), "PYTHONDONTWRITEBYTECODE": "1"})
     assert not (work / "installer-calls.log").exists(), (work / "installer-calls.log").read_text()
     assert tree(python.parent.parent) == files and freeze(python) == installed
+    # The workers' bytecode went to the harness's own folder (the next worker loads it from
+    # there): torch.export's dynamo modules, which only a worker imports, not the probe.
+    from harness.envs.existing import pycache_dir
+
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    compiled = [Path(pycache_dir(), *path.parts[1:], "torch", "_dynamo", f"convert_frame.{sys.implementation.cache_tag}.pyc")
+                for path in (site.absolute(), site.resolve())]
+    assert any(c.is_file() for c in compiled), compiled
     cells = by_cell(run_dir)
     ort = [r for cid, r in cells.items() if cid.endswith("ort-cpu")]
     assert len(cells) == 4 and len(ort) == 2
