@@ -30,6 +30,8 @@ assertions in tests. In one run:
   long-lived worker (``HARNESS_WORKER_FORK=0``), same verdicts asked of both.
 - process starts with an environment's bytecode and without it, interleaved
   (``harness.bench.bytecode``): the verdict worker, the latency worker and the runner.
+- OpenVINO's load in a confirming latency worker, compiled against taken from the model cache the
+  first worker filled, interleaved (``harness.bench.compiled_cache``): seconds and timed medians.
 """
 from __future__ import annotations
 
@@ -373,10 +375,27 @@ def bench_env_reuse(config: Path, only: str, repeats: int = 5) -> dict[str, Any]
     return out
 
 
-def bench_timing_overhead() -> dict[str, Any]:
-    """Cost of the latency protocol's own loop, timing a no-op (what any measurement includes)."""
+def bench_timing_overhead(reads: int = 200) -> dict[str, Any]:
+    """Cost of the latency protocol's own loop, timing a no-op (what any measurement includes),
+    and of the load probe's reading of its process's own CPU (twice per timed cell): through the
+    children files against a scan of every process of the machine, alternated read by read."""
+    from harness.worker import machine_load
+
     res = measure(lambda: None, LatencyProtocol())
-    return {"noop_median_us": round(res.median * 1e3, 3), "iterations": res.iterations}
+    children = machine_load._children_files
+    took = {"children files": [], "scan of /proc": []}
+    try:
+        for _ in range(reads):
+            for way, fn in (("children files", children), ("scan of /proc", lambda pid: None)):
+                machine_load._children_files = fn
+                t0 = time.perf_counter()
+                machine_load.own_cpu_s()
+                took[way].append(time.perf_counter() - t0)
+    finally:
+        machine_load._children_files = children
+    probe = {way: round(statistics.median(v) * 1e3, 3) for way, v in took.items()}
+    return {"noop_median_us": round(res.median * 1e3, 3), "iterations": res.iterations,
+            "load_probe_read_ms": probe, "processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit())}
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -405,6 +424,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
     from harness.bench.breakdown import rows as breakdown_rows
     from harness.bench.bytecode import bench_bytecode
     from harness.bench.bytecode import rows as bytecode_rows
+    from harness.bench.compiled_cache import bench_compiled_cache
+    from harness.bench.compiled_cache import rows as compiled_cache_rows
     from harness.bench.interleaved import bench_interleaved, interleaved_rows
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
 
@@ -423,6 +444,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "default_matrix": bench_default_matrix,
         "zoo_sample": bench_zoo_sample,
         "bytecode": lambda: bench_bytecode(latency_env(config, only)),
+        "compiled_cache": lambda: bench_compiled_cache(latency_env(config, only)),
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
     if unknown:
@@ -446,7 +468,12 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
             for k, v in results.get("env_reuse", {}).items()]
     if "matrix" in results:
         rows += matrix_rows(results["matrix"], only)
-    rows += [[f"latency loop overhead: {k}", v] for k, v in results.get("timing_overhead", {}).items()]
+    overhead = dict(results.get("timing_overhead", {}))
+    probe, processes = overhead.pop("load_probe_read_ms", None), overhead.pop("processes", None)
+    rows += [[f"latency loop overhead: {k}", v] for k, v in overhead.items()]
+    if probe:
+        rows += [[f"load probe, its process's CPU read: children files / a scan of /proc ({processes} processes, "
+                  "alternated)", f"{probe['children files']} ms / {probe['scan of /proc']} ms"]]
     scaling = results.get("plan_scaling", {})
     rows += [[f"plan of {int(n):,} case entries", f"{v['total_s']} s (load {v['load_s']} s, plan {v['plan_s']} s, "
               f"{v['us_per_entry']} µs per entry)"] for n, v in scaling.items() if n != "growth"]
@@ -468,6 +495,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += zoo_rows(results["zoo_sample"])
     if "bytecode" in results:
         rows += bytecode_rows(results["bytecode"])
+    if "compiled_cache" in results:
+        rows += compiled_cache_rows(results["compiled_cache"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

@@ -188,6 +188,10 @@ class Job:
     # Measure the runtime binding's overhead (``floor_ms``) beside each timing; the latency
     # phase's confirming workers do not: only their medians are read (``harness.run.confirm``).
     floor: bool = True
+    # A folder the latency workers of one environment share for the models a runtime compiled
+    # (``LoadOptions.compiled_cache``: OpenVINO's model cache), so that the confirming workers
+    # load what the first one compiled; None: every worker compiles each file itself.
+    compiled_cache: str | None = None
 
     @property
     def spool(self) -> Path:

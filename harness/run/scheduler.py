@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -249,16 +250,22 @@ class Scheduler:
                 continue
             env = env_plan.env
             self.writer.progress.describe(f"{env.name}: latency")
-            timings, restarts = self._time(env_plan, list(held.values()), self.ctx)
+            # The environment's latency workers share the models a runtime compiled: the
+            # confirming workers load what the first one compiled (``Job.compiled_cache``).
+            cache = self.ctx.job.spool / f".compiled-{env.name}"
+            first = dataclasses.replace(self.ctx, job=self.ctx.job.replace(compiled_cache=str(cache)))
 
             def again(ids: list[str], protocol: LatencyProtocol) -> dict[str, Record]:
                 self.writer.progress.describe(f"{env.name}: latency check")
-                ctx = dataclasses.replace(self.ctx, job=self.ctx.job.replace(latency=protocol, bundles=False,
-                                                                              floor=False))
+                ctx = dataclasses.replace(first, job=first.job.replace(latency=protocol, bundles=False, floor=False))
                 return self._time(env_plan, [held[i] for i in ids], ctx)[0]
 
-            for key, n in confirm(timings, self.job.latency, again).items():
-                checks[key] += n
+            try:
+                timings, restarts = self._time(env_plan, list(held.values()), first)
+                for key, n in confirm(timings, self.job.latency, again).items():
+                    checks[key] += n
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
             for rec in timings.values():
                 self.writer.timing(rec)
             with self.ctx.meta_lock:

@@ -40,6 +40,10 @@ class LoadOptions:
 
     graph_optimizations: bool = True     # False: the runtime's graph optimisations off
     optimized_model: Path | None = None  # where the runtime writes the graph it optimised
+    # A folder where the runtime keeps the models it compiled, for another process to load
+    # instead of compiling the file again (OpenVINO's model cache, CACHE_DIR): the latency
+    # phase's workers of one environment share one (``Job.compiled_cache``).
+    compiled_cache: Path | None = None
 
 
 class ActiveAdapters(contextlib.ExitStack):

@@ -78,6 +78,7 @@ def _contiguous(value: np.ndarray) -> np.ndarray:
 class OpenVinoAdapter(RuntimeAdapter):
     name = "openvino"
     device = "CPU"
+    load_options = frozenset({"compiled_cache"})
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -97,8 +98,15 @@ class OpenVinoAdapter(RuntimeAdapter):
 
         core = ov.Core()
         config = compile_config(self.precision, self.threads)
-        model = call_readably(core.read_model, str(self.model_path))
-        self.compiled = call_readably(core.compile_model, model, self.device, config)
+        if self.load.compiled_cache is not None:
+            # Compiled once, then imported: a process that finds the file's compiled model in
+            # the cache (keyed by the file's bytes, the properties and OpenVINO's release) loads
+            # it without reading the ONNX file or compiling (about 0.03 s against 0.13 to 0.2 s).
+            core.set_property({"CACHE_DIR": str(self.load.compiled_cache)})
+            self.compiled = call_readably(core.compile_model, str(self.model_path), self.device, config)
+        else:
+            model = call_readably(core.read_model, str(self.model_path))
+            self.compiled = call_readably(core.compile_model, model, self.device, config)
         self.request = self.compiled.create_infer_request()
         self._inputs = [p.get_any_name() for p in self.compiled.inputs]
         actual = reported_precision(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
@@ -108,6 +116,8 @@ class OpenVinoAdapter(RuntimeAdapter):
             "performance_hint": str(self.compiled.get_property("PERFORMANCE_HINT")),
             "openvino": self.version(),
         })
+        if self.load.compiled_cache is not None:
+            self.facts["loaded_from_cache"] = bool(self.compiled.get_property("LOADED_FROM_CACHE"))
 
     def input_names_impl(self) -> list[str]:
         return list(self._inputs)

@@ -6,6 +6,7 @@ Run with an environment's python (the checkout on PYTHONPATH), printing one JSON
     python -m harness.worker.bench_latency harness MODEL RUNTIME  # the harness protocol + adapter
     python -m harness.worker.bench_latency bare-ort MODEL         # a plain onnxruntime loop
     python -m harness.worker.bench_latency ab-models DIR         # spools of the A/B bench's files
+    python -m harness.worker.bench_latency ov-load MODEL CACHE|-  # OpenVINO: load, then a confirming timing
 
 Imports what a worker may (standard library, numpy, the harness's worker-side modules); onnx and
 onnxruntime lazily. The bare loop uses no harness code at all.
@@ -139,6 +140,28 @@ def harness_latency(model: Path, runtime: str) -> dict[str, Any]:
             "measure_s": round(took, 3), "binding_overhead_ms": binding_overhead(adapter_cls, protocol, THREADS)}
 
 
+def openvino_load(model: Path, cache: str) -> dict[str, Any]:
+    """What a confirming latency worker does with one OpenVINO cell: make the adapter (compiling
+    the file, or loading it from ``cache``, ``-`` for none) and time it with the confirming
+    protocol; the seconds the load took and the median."""
+    import openvino  # noqa: F401 - imported before the clock starts, as in a worker
+
+    from harness.core.job import LatencyProtocol
+    from harness.runtimes.base import LoadOptions
+    from harness.runtimes.openvino import OpenVinoAdapter
+    from harness.worker.latency import measure
+
+    feeds = random_feeds(_input_shapes(model))
+    load = LoadOptions(compiled_cache=None if cache == "-" else Path(cache))
+    t0 = time.perf_counter()
+    with OpenVinoAdapter(model, threads=THREADS, load=load) as adapter:
+        loaded = time.perf_counter() - t0
+        lat = measure(adapter.timed_call(feeds), LatencyProtocol().confirm_protocol(), THREADS)
+        cached = adapter.facts.get("loaded_from_cache")
+    return {"load_s": round(loaded, 4), "median_ms": lat.median, "loaded_from_cache": cached,
+            "loaded": lat.loaded}
+
+
 def bare_ort_latency(model: Path) -> dict[str, Any]:
     """A plain onnxruntime loop: warm up for a second, time single calls for three, median."""
     import onnxruntime as ort
@@ -173,8 +196,10 @@ def main(argv: list[str]) -> int:
         result = harness_latency(Path(args[0]), args[1])
     elif what == "bare-ort":
         result = bare_ort_latency(Path(args[0]))
+    elif what == "ov-load":
+        result = openvino_load(Path(args[0]), args[1])
     else:
-        print(f"unknown mode {what!r}: expected models, harness or bare-ort", file=sys.stderr)
+        print(f"unknown mode {what!r}: expected models, ab-models, harness, bare-ort or ov-load", file=sys.stderr)
         return 2
     print(json.dumps(result))
     return 0

@@ -647,7 +647,7 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
     matrix's protocol. The record carries only the timing (the runner joins it to the verdict);
     a failure here is a failure at ``latency``."""
     from harness.runtimes import load_adapter
-    from harness.runtimes.base import ActiveAdapters
+    from harness.runtimes.base import ActiveAdapters, LoadOptions
     from harness.worker.latency import binding_overhead, measure
 
     rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
@@ -659,14 +659,18 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
             if spooled.error is not None:
                 raise spooled.error
             adapter_cls = load_adapter(cell.runtime_name)
+            cache = ({"load": LoadOptions(compiled_cache=Path(job.compiled_cache))}
+                     if job.compiled_cache and "compiled_cache" in adapter_cls.load_options else {})
             adapter = adapter_cls(spooled.onnx, threads=job.threads, precision=group.options.precision,
-                                  options=cell.runtime_options)
+                                  options=cell.runtime_options, **cache)
             if group.steps:
                 from harness.core.steps import precision_of
 
                 adapter.file_precision = precision_of(group.steps)
             adapter.prepare(spooled.shapes)
             active.enter_context(adapter)
+            if adapter.facts.get("loaded_from_cache"):
+                print(f"{adapter.name}: the compiled model loaded from {job.compiled_cache}", flush=True)
             feeds0 = match_feeds(spooled.feeds, adapter.input_names())
             rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
             if job.floor:

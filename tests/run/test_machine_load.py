@@ -6,6 +6,7 @@ stays within ±1 %; under load the interval stays narrow around a median many ti
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -18,8 +19,9 @@ from harness.core.cell import CellKey
 from harness.core.record import Latency, Record
 from harness.core.status import Status
 from harness.gate.compare import Settings, Verdict, compare_cell
+from harness.worker import machine_load
 from harness.worker.latency import robust_spread, summarize
-from harness.worker.machine_load import LoadProbe, machine_counters, own_cpu_s
+from harness.worker.machine_load import LoadProbe, descendants, machine_counters, own_cpu_s
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc (Linux)")
 
@@ -66,6 +68,29 @@ def test_the_probe_counts_a_busy_child_as_its_own_and_an_orphan_as_another_proce
     load = probe.result()
     assert load["loaded"] is True and load["other_cpu"] > 0.5, load
     assert load["cpus"] == cpus and load["cpu_share"] < 0.2 and load["window_s"] >= 1.0
+
+
+@linux
+def test_descendants_are_found_through_every_generation_as_a_scan_of_proc_finds_them(monkeypatch):
+    """The children files (one per thread) find a grandchild as a scan of /proc does; where the
+    kernel has no such files the scan answers alone."""
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']);"
+            " print('up', flush=True); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        found = descendants(os.getpid())
+        assert child.pid in found and len(found) == 2, found
+        with monkeypatch.context() as m:
+            m.setattr(machine_load, "_children_files", lambda pid: None)
+            assert sorted(descendants(os.getpid())) == sorted(found)
+    finally:
+        grandchildren = [p for p in descendants(child.pid)]
+        child.kill()
+        child.wait()
+        for pid in grandchildren:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 def _timed(torch: str, median: float, loaded: bool | None) -> Record:

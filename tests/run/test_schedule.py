@@ -41,7 +41,7 @@ def emit(**event):
 
 def stamp(cell, start):
     line = json.dumps({"phase": phase, "cell": cell, "start": start, "end": time.monotonic(),
-                       "pid": os.getpid(), "env": job.env}) + "\\n"
+                       "pid": os.getpid(), "env": job.env, "cache": job.compiled_cache}) + "\\n"
     fd = os.open(stamps, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, line.encode())
     os.close(fd)
@@ -64,6 +64,9 @@ if os.environ.get("FAKE_KILLED_AT_START"):     # the first N workers: SIGKILL wh
     if os.path.getsize(count) <= int(os.environ["FAKE_KILLED_AT_START"]):
         os.kill(os.getpid(), 9)
 emit(event="hello")
+if job.compiled_cache:                          # what a runtime's model cache would leave
+    os.makedirs(job.compiled_cache, exist_ok=True)
+    open(os.path.join(job.compiled_cache, f"{os.getpid()}.blob"), "w").close()
 if os.environ.get("FAKE_DIES_AT_START"):
     os._exit(3)
 for group in groups():
@@ -146,6 +149,24 @@ def test_no_timing_overlaps_a_verdict_and_timings_run_one_at_a_time(tmp_path):
     assert all(set(r.duration_s) == {"verdict", "latency"} for r in records)
     meta = read_run_meta(run_dir)
     assert meta.finished and meta.extra["schedule"]["jobs"] == 2
+
+
+def test_an_environments_latency_workers_share_one_compiled_model_cache_removed_after_it(tmp_path):
+    """The first latency worker and the confirming ones of an environment are given one folder for
+    the models a runtime compiled (OpenVINO's cache), each environment its own, inside the run's
+    spool; nothing of it is left once the environment's timings are done. Verdict workers get none."""
+    _, run_dir, _, intervals = run(tmp_path, torch=("2.6.0", "2.13.0"))
+    caches: dict[str, set] = {}
+    for i in intervals:
+        if i["phase"] == "latency":
+            caches.setdefault(i["env"], set()).add(i["cache"])
+        else:
+            assert i["cache"] is None
+    assert len(caches) == 2 and all(len(c) == 1 for c in caches.values()), caches
+    folders = [Path(next(iter(c))) for c in caches.values()]
+    assert folders[0] != folders[1] and all(f.parent == run_dir / "spool" for f in folders)
+    assert len({i["pid"] for i in intervals if i["phase"] == "latency"}) == 4   # first and confirming, per env
+    assert not any(f.exists() for f in folders)
 
 
 def test_two_workers_share_one_environment(tmp_path):

@@ -212,6 +212,44 @@ def test_openvino_reported_precision_reads_a_real_compiled_model(tmp_path):
         runner.timed_call({"x": np.ones((2, 3), np.float32)})()
 
 
+def test_openvino_compiled_cache_is_written_once_and_loaded_by_another_process(tmp_path):
+    """The latency phase's confirming workers load the model the first worker compiled: a second
+    process finds it in the cache (OpenVINO says so), answers as the compiled one does, and runs
+    the same execution graph (layers, kernels and precisions, read back after a timed call)."""
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor("w", TensorProto.FLOAT, [4, 3], [0.1 * i for i in range(12)])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    script = ("import json, sys, numpy as np\n"
+              "from pathlib import Path\n"
+              "from harness.runtimes.base import LoadOptions\n"
+              "from harness.runtimes.openvino import OpenVinoAdapter\n"
+              "cache = Path(sys.argv[2]) if sys.argv[2] != '-' else None\n"
+              "with OpenVinoAdapter(Path(sys.argv[1]), threads=1, load=LoadOptions(compiled_cache=cache)) as ov:\n"
+              "    (y,) = ov.infer({'x': np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)})\n"
+              "    ov.timed_call({'x': np.ones((2, 4), np.float32)})()\n"
+              "    keys = ('layerType', 'primitiveType', 'runtimePrecision')\n"
+              "    graph = [[op.get_rt_info()[k].astype(str) for k in keys] for op in ov.compiled.get_runtime_model().get_ordered_ops()]\n"
+              "    print(json.dumps({'cached': ov.facts.get('loaded_from_cache'), 'y': y.tolist(), 'graph': graph}))\n")
+
+    def run(cache: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m.onnx"), cache], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.splitlines()[-1])
+
+    cache = tmp_path / "compiled"
+    plain, first, second = run("-"), run(str(cache)), run(str(cache))
+    assert plain["cached"] is None and first["cached"] is False and second["cached"] is True
+    assert any(cache.iterdir()), "the first process wrote nothing to the cache"
+    assert first["y"] == plain["y"] and second["y"] == plain["y"]
+    # What is timed is the same: OpenVINO's execution graph (each node's layer, kernel, precision).
+    assert plain["graph"] and first["graph"] == plain["graph"] and second["graph"] == plain["graph"]
+    assert any("f32" in kernel for _, kernel, _ in plain["graph"]), plain["graph"]
+
+
 def test_tensorrt_profile_covers_example_and_second_shape():
     from harness.runtimes.tensorrt import optimisation_profile
 
