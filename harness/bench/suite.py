@@ -32,6 +32,8 @@ assertions in tests. In one run:
   (``harness.bench.bytecode``): the verdict worker, the latency worker and the runner.
 - OpenVINO's load in a confirming latency worker, compiled against taken from the model cache the
   first worker filled, interleaved (``harness.bench.compiled_cache``): seconds and timed medians.
+- a failing cell's reduction with the check server against a fresh process per check, alternated
+  (``harness.bench.reduce_check``): seconds and whether both found the same graph.
 """
 from __future__ import annotations
 
@@ -428,6 +430,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
     from harness.bench.compiled_cache import rows as compiled_cache_rows
     from harness.bench.interleaved import bench_interleaved, interleaved_rows
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
+    from harness.bench.reduce_check import bench_reduce
+    from harness.bench.reduce_check import rows as reduce_rows
 
     parse_only(only)
     benchmarks = {
@@ -445,6 +449,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "zoo_sample": bench_zoo_sample,
         "bytecode": lambda: bench_bytecode(latency_env(config, only)),
         "compiled_cache": lambda: bench_compiled_cache(latency_env(config, only)),
+        "reduce": bench_reduce,
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
     if unknown:
@@ -497,6 +502,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += bytecode_rows(results["bytecode"])
     if "compiled_cache" in results:
         rows += compiled_cache_rows(results["compiled_cache"])
+    if "reduce" in results:
+        rows += reduce_rows(results["reduce"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
     print(f"\nwritten to {path}")
     return 0

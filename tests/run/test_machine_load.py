@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -62,10 +63,18 @@ def test_the_probe_counts_a_busy_child_as_its_own_and_an_orphan_as_another_proce
         child.wait()
     cpus = machine_counters()[2]
     # Orphans (reparented away from this process) burning every CPU: other processes' load.
-    subprocess.run(["sh", "-c", " ".join(f"{sys.executable} -c '{burn.format(s=1.5)}' &" for _ in range(cpus))], check=True)
-    probe = LoadProbe.start()
-    time.sleep(1.0)
-    load = probe.result()
+    started = subprocess.run(["sh", "-c", " ".join(f"{sys.executable} -c '{burn.format(s=1.5)}' >/dev/null 2>&1 & echo $!;"
+                                                   for _ in range(cpus))], check=True, capture_output=True, text=True)
+    try:
+        probe = LoadProbe.start()
+        time.sleep(1.0)
+        load = probe.result()
+    finally:   # the orphans end here: a process a test made subreaper would otherwise inherit them running
+        for pid in map(int, started.stdout.split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
     assert load["loaded"] is True and load["other_cpu"] > 0.5, load
     assert load["cpus"] == cpus and load["cpu_share"] < 0.2 and load["window_s"] >= 1.0
 

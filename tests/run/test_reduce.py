@@ -3,6 +3,14 @@ the reference values, the check on ONNX Runtime, input relaxation, the reduction
 whole reduction (Polygraphy inside the cell's environment) is in test_reduce_e2e.py."""
 from __future__ import annotations
 
+import faulthandler
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,10 +23,12 @@ from harness.core.status import Status
 from harness.run.post.reduction import eligible
 from harness.store.reductions import append_reduction
 from harness.store.runs import load_run
+from harness.worker.diagnose import reduce
 from harness.worker.diagnose.reduce import (
     OTHER,
     PASSES,
     SAME,
+    CheckServer,
     CheckSpec,
     Failure,
     TensorStore,
@@ -106,6 +116,71 @@ def test_check_reproduces_a_parity_failure(tmp_path):
     assert check_model(path, _spec(tmp_path, "parity", {"input_0": x}, {"output_0": good}))[0] == PASSES
     code, why = check_model(path, _spec(tmp_path, "parity", {"input_0": x}, {"output_0": good * 2}))
     assert code == SAME and "beyond atol" in why
+
+
+def _ask(command: list[str], model, work) -> tuple[int, str]:
+    """What Polygraphy does for one candidate: the graph saved as polygraphy_debug.onnx in the
+    work folder, the check command run there; its exit code and the last line it printed."""
+    shutil.copy(model, work / "polygraphy_debug.onnx")
+    proc = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=120)
+    return proc.returncode, (proc.stdout.strip().splitlines() or [proc.stderr])[-1]
+
+
+def test_the_check_server_answers_as_the_fresh_check_process_does(tmp_path):
+    """A run failure, a graph that runs and one that cannot be fed, each asked of the server
+    through Polygraphy's check command and of the fresh-process check; then the server killed:
+    the command falls back to the fresh check and still answers."""
+    x = np.ones((3, 7, 8), np.float32)
+    spec_path = _spec(tmp_path, "run", {"input_0": x, "r": x}).write(tmp_path / "check.json")
+    baked(tmp_path / "fails.onnx")
+    sub = onnx.load(str(tmp_path / "fails.onnx"))
+    sub.graph.input[0].name = "unknown"
+    sub.graph.node[0].input[0] = "unknown"
+    onnx.save(sub, str(tmp_path / "unfed.onnx"))
+    runs = helper.make_graph([helper.make_node("Relu", ["input_0"], ["output_0"])], "g",
+                             [helper.make_tensor_value_info("input_0", TensorProto.FLOAT, ["b", "s", 8])],
+                             [helper.make_tensor_value_info("output_0", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(runs, opset_imports=[helper.make_opsetid("", 18)]), str(tmp_path / "runs.onnx"))
+    work = tmp_path / "work"
+    work.mkdir()
+    fresh = [sys.executable, "-m", "harness.worker.diagnose.reduce", "check", "--spec", str(spec_path),
+             "polygraphy_debug.onnx"]
+    with open(tmp_path / "server.log", "w") as log, CheckServer(spec_path, fresh, 120.0, log) as server:
+        assert server.command is not None, (tmp_path / "server.log").read_text()
+        assert server.command[:3] == [sys.executable, "-I", "-S"]
+        answers = {}
+        for name, code in (("fails", SAME), ("runs", PASSES), ("unfed", OTHER)):
+            by_server = _ask(server.command, tmp_path / f"{name}.onnx", work)
+            by_fresh = _ask(fresh, tmp_path / f"{name}.onnx", work)
+            assert by_server == by_fresh, (name, by_server, by_fresh)
+            assert by_server[0] == code, (name, by_server)
+            answers[name] = by_server
+        server.proc.kill()
+        server.proc.wait()
+        assert _ask(server.command, tmp_path / "fails.onnx", work) == answers["fails"]
+    assert not server.folder.exists() and "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_a_check_that_crashes_or_hangs_ends_its_copy_only_and_is_no_same_failure(tmp_path, monkeypatch):
+    x = np.ones((3, 7, 8), np.float32)
+    spec = _spec(tmp_path, "run", {"input_0": x, "r": x})
+    path = baked(tmp_path / "m.onnx")
+    values = TensorStore.load(tmp_path / "values.npz")
+    assert reduce._forked_check(path, spec, values, None, 60.0) == check_model(path, spec)
+
+    def crashes(*args, **kwargs):
+        faulthandler.disable()   # pytest's handler would print the copy's stack on the test's stderr
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    def hangs(*args, **kwargs):
+        time.sleep(60)
+
+    monkeypatch.setattr(reduce, "check_model", crashes)
+    assert reduce._forked_check(path, spec, values, None, 60.0) == (OTHER, "the check's process killed by signal SIGSEGV")
+    monkeypatch.setattr(reduce, "check_model", hangs)
+    t0 = time.monotonic()
+    assert reduce._forked_check(path, spec, values, None, 0.5) == (OTHER, "the check ran past 0.5 s")
+    assert time.monotonic() - t0 < 30
 
 
 def test_relaxed_inputs_take_the_values_shape_but_original_inputs_stay(tmp_path):

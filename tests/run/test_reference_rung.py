@@ -49,9 +49,11 @@ def test_agrees_differs_and_fails_as_the_evaluator_does(reshape_file):
 
 def test_a_reference_past_its_cap_is_no_reference(reshape_file, monkeypatch):
     monkeypatch.setenv(blame.REFERENCE_CAP_ENV, "0.000001")
+    before = set(_children())   # what earlier tests in this process left (pool workers, a tracker)
     rung = blame.reference_rung(reshape_file, _feeds(3), [[np.zeros((2, 6), np.float32)]], 1e-6, 1e-6)
     assert (rung["outcome"], rung["detail"]) == ("no-reference", "the reference evaluator ran past 1e-06 s")
-    assert not [p for p in _children() if _state(p) != "Z"], "the capped copy was left running"
+    left = [p for p in set(_children()) - before if _state(p) != "Z"]
+    assert not left, f"the capped copy was left running: {left}"
 
 
 def test_a_reference_copy_that_dies_is_no_reference_with_how(reshape_file, monkeypatch):

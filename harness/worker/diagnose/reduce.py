@@ -272,6 +272,132 @@ def check_model(path: Path, spec: CheckSpec, values: TensorStore | None = None,
         relaxed.unlink(missing_ok=True)
 
 
+# ==== environment side: the check server =====================================================
+# Polygraphy runs its ``--check`` command once per candidate graph (about a hundred for a
+# 150-node file). A fresh interpreter importing onnx, numpy and the runtime spent about 2 s of
+# each; the server imports them once, never runs a graph itself, and forks a copy of itself per
+# check (``group_process.in_fresh_copy``): each check still starts from a process no other check
+# touched, and a runtime that crashes or hangs in one ends that copy only.
+
+CHECK_CLIENT = Path(__file__).with_name("check_client.py")
+READY = "check server ready"
+ANSWER_MAX = 4000        # characters of a check's "why" (a pipe's buffer holds the whole answer)
+
+
+def serve_checks(spec_path: Path, sock_path: Path, budget_s: float) -> int:
+    """Answer checks on ``sock_path`` until killed: a model path in, ``{"code", "why"}`` out, each
+    from a fresh copy of this process capped at what is left of ``budget_s``."""
+    import socket
+
+    from harness.runtimes import load_adapter
+    from harness.worker import group_process as fresh
+
+    deadline = time.monotonic() + budget_s
+    fresh._prctl(fresh.PR_SET_PDEATHSIG, signal.SIGKILL)   # the driver's end is this server's
+    spec = CheckSpec.read(spec_path)
+    values = TensorStore.load(Path(spec.values))
+    expected = TensorStore.load(Path(spec.expected)) if spec.expected else None
+    import onnx  # noqa: F401 - imported once here, not once per check
+
+    import harness.worker.parity  # noqa: F401
+
+    adapter = load_adapter(spec.runtime)
+    if adapter.unavailable_reason() is None:
+        adapter.version()   # imports the runtime's own package; no session, no thread pool yet
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(sock_path))
+        server.listen(4)
+        print(READY, flush=True)
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                request = b""
+                while chunk := conn.recv(65536):
+                    request += chunk
+                model = Path(request.decode().strip())
+                code, why = _forked_check(model, spec, values, expected, max(1.0, deadline - time.monotonic()))
+                conn.sendall(json.dumps({"code": code, "why": why[:ANSWER_MAX]}).encode())
+
+
+def _forked_check(model: Path, spec: CheckSpec, values: TensorStore, expected: TensorStore | None,
+                  cap_s: float) -> tuple[int, str]:
+    from harness.worker import group_process as fresh
+
+    read, write = os.pipe()
+
+    def child() -> bool:
+        os.close(read)
+        code, why = check_model(model, spec, values, expected)
+        os.write(write, json.dumps({"code": code, "why": why[:ANSWER_MAX]}).encode())
+        return True
+
+    try:
+        status = fresh.in_fresh_copy(child, timeout=cap_s)
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read()
+    if status is None:
+        return OTHER, f"the check ran past {cap_s:.3g} s"
+    if status != 0 or not answer:
+        return OTHER, f"the check's process {fresh.describe(status)}"
+    data = json.loads(answer)
+    return int(data["code"]), str(data["why"])
+
+
+class CheckServer:
+    """The driver's handle on a check server: ``command`` is Polygraphy's ``--check``; None where
+    this platform does not fork or the server did not start (the fresh-process check then)."""
+
+    START_S = 60.0
+
+    def __init__(self, spec_path: Path, fallback: list[str], budget_s: float, log: Any) -> None:
+        import tempfile
+
+        from harness.worker import group_process as fresh
+
+        self.proc: subprocess.Popen | None = None
+        self.folder = Path(tempfile.mkdtemp(prefix="harness-check-"))   # a socket's path is short
+        self.sock = self.folder / "check.sock"
+        self.command: list[str] | None = None
+        if not fresh.enabled():
+            return
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", REDUCE_MODULE, "serve", "--spec", str(spec_path), "--socket", str(self.sock),
+             "--timeout", f"{budget_s:.1f}"], stdout=subprocess.PIPE, stderr=log, text=True)
+        if self._ready(min(self.START_S, budget_s)):
+            self.command = [sys.executable, "-I", "-S", str(CHECK_CLIENT), str(self.sock), fallback[-1], *fallback]
+        else:
+            log.write("(the check server did not start: each check runs in a fresh process)\n")
+            self.close()
+
+    def _ready(self, wait_s: float) -> bool:
+        import selectors
+
+        assert self.proc is not None and self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=wait_s):
+                return False
+        return self.proc.stdout.readline().strip() == READY
+
+    def close(self) -> None:
+        import shutil
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+            self.proc.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "CheckServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # ==== environment side: the driver ===========================================================
 
 def _ops(model: Any) -> dict[str, int]:
@@ -369,11 +495,13 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     if code != SAME:
         out.note = f"the failure does not reproduce on the file alone ({why}): nothing to reduce"
         return out
-    check_cmd = [sys.executable, "-m", REDUCE_MODULE, "check", "--spec", str(spec_path),
-                 "polygraphy_debug.onnx"]
+    fresh_check = [sys.executable, "-m", REDUCE_MODULE, "check", "--spec", str(spec_path),
+                   "polygraphy_debug.onnx"]
     best, nodes = original, out.original_nodes
     unfinished: list[str] = []      # passes the budget cut short or left out
-    with open(work / "polygraphy.log", "w", encoding="utf-8") as log:
+    with open(work / "polygraphy.log", "w", encoding="utf-8") as log, \
+            CheckServer(spec_path, fresh_check, deadline - time.monotonic(), log) as server:
+        check_cmd = server.command or fresh_check
         for direction, mode in PASSES_PLAN:
             if nodes <= 1 or (mode == "linear" and nodes > LINEAR_MAX_NODES):
                 continue
@@ -404,6 +532,29 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     return out
 
 
+def _ort_tools_without_torch() -> None:
+    """Make ``onnxruntime.tools`` importable without its ``__init__``, which imports torch when
+    the environment has it (for ``infer_input_info``, a helper Polygraphy never calls). Polygraphy
+    infers shapes with ``onnxruntime.tools.symbolic_shape_infer`` (numpy, onnx and sympy), so each
+    pass imported torch for nothing: about 3 s of a pass's 5 (profiled). The submodules load from
+    the package's own folder as before; where the package is missing nothing is changed."""
+    import importlib.util
+
+    if "onnxruntime.tools" in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec("onnxruntime.tools")
+    except ImportError:
+        return
+    if spec is None or spec.submodule_search_locations is None:
+        return
+    package = importlib.util.module_from_spec(spec)   # the package, its __init__ not run
+    sys.modules["onnxruntime.tools"] = package
+    import onnxruntime
+
+    onnxruntime.tools = package
+
+
 def polygraphy_main(values: Path, argv: list[str]) -> int:
     """Polygraphy's command line, with its fallback inference answered from the reference values.
 
@@ -412,6 +563,7 @@ def polygraphy_main(values: Path, argv: list[str]) -> int:
     the point of the file). The reference values are those same tensors, computed up to the node
     that fails; Polygraphy's own inference is used only for tensors they do not hold.
     """
+    _ort_tools_without_torch()
     from polygraphy.common import TensorMetadata
     from polygraphy.comparator import IterationResult
     from polygraphy.tools import main
@@ -438,6 +590,10 @@ def env_main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="Polygraphy's --check: exit 1 when a graph fails like the cell")
     p.add_argument("--spec", type=Path, required=True)
     p.add_argument("model", type=Path)
+    p = sub.add_parser("serve", help="answer checks on a socket, each in a fresh copy of this process")
+    p.add_argument("--spec", type=Path, required=True)
+    p.add_argument("--socket", type=Path, required=True)
+    p.add_argument("--timeout", type=float, required=True, help="the reduction's budget, seconds")
     p = sub.add_parser("reduce", help="reduce one bundle in this environment")
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--record", type=Path, required=True, help="the cell's record (JSON)")
@@ -449,6 +605,8 @@ def env_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "polygraphy":
         return polygraphy_main(args.values, args.args)
+    if args.command == "serve":
+        return serve_checks(args.spec, args.socket, args.timeout)
     if args.command == "check":
         code, why = check_model(args.model, CheckSpec.read(args.spec))
         print(why)
