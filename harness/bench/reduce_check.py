@@ -1,11 +1,12 @@
-"""The reduction's checks in a warm server against a fresh process each (``--part reduce``).
+"""The reduction in warm processes against fresh ones (``--part reduce``).
 
 Polygraphy's ``debug reduce`` asks a check of every candidate graph. The check server
 (``harness.worker.diagnose.reduce.CheckServer``) imports onnx, numpy and the runtime once and forks
-a copy of itself per check; ``HARNESS_WORKER_FORK=0`` turns it off, every check then being a fresh
-interpreter as before. Here the failing cells of ``harness/matrices/bench_reduce.yaml`` are
-reduced both ways, alternating (the order swapped every repeat): the reduction's seconds, and
-whether both ways reduced to the same graph (node count and operators).
+a copy of itself per check, the pass host (``PassHost``) does the same per Polygraphy pass;
+``HARNESS_WORKER_FORK=0`` turns both off, every check and pass then being a fresh interpreter.
+Here the failing cells of ``harness/matrices/bench_reduce.yaml`` are reduced both ways,
+alternating (the order swapped every repeat): the reduction's seconds, and whether both ways
+reduced to the same graph (node count and operators).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from harness.bench.runs import bench_matrix_run
 from harness.core.wire import FORK_ENV
 
 REDUCE_MATRIX = Path(__file__).resolve().parents[1] / "matrices" / "bench_reduce.yaml"
-SIDES = {"fresh process per check": "0", "check server": "1"}
+SIDES = {"fresh processes": "0", "check server and pass host": "1"}
 
 
 def bench_reduce(repeats: int = 3, timeout_s: float = 900.0) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
         if cell == "repeats":
             continue
         fresh, server = (r["seconds"][s] for s in SIDES)
-        out.append([f"reduction of {cell}: check server / fresh process per check ({result['repeats']} "
+        out.append([f"reduction of {cell}: check server and pass host / fresh processes ({result['repeats']} "
                     "alternated repeats, median)",
                     f"{server} s / {fresh} s = {r['ratio']}; same graph both ways: {r['same_graph']} "
                     f"({', '.join(r['nodes'])} nodes)"])

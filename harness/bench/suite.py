@@ -32,7 +32,7 @@ assertions in tests. In one run:
   (``harness.bench.bytecode``): the verdict worker, the latency worker and the runner.
 - OpenVINO's load in a confirming latency worker, compiled against taken from the model cache the
   first worker filled, interleaved (``harness.bench.compiled_cache``): seconds and timed medians.
-- a failing cell's reduction with the check server against a fresh process per check, alternated
+- a failing cell's reduction with the check server and pass host against fresh processes, alternated
   (``harness.bench.reduce_check``): seconds and whether both found the same graph.
 """
 from __future__ import annotations

@@ -40,7 +40,7 @@ RUNNER_PID_ENV = "HARNESS_RUNNER_PID"      # die with the runner (Linux: PR_SET_
 TOKEN_ENV = "HARNESS_WORKER_TOKEN"         # marks every process of one worker, to find them all
 RELAY_ENV = "HARNESS_LOG_RELAY"            # stdout/stderr are the runner's log relay (its nonce)
 LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"      # cap of each log (head and tail kept)
-FORK_ENV = "HARNESS_WORKER_FORK"           # "0": every group in the worker itself, every reduction check a fresh interpreter (the bench)
+FORK_ENV = "HARNESS_WORKER_FORK"           # "0": every group in the worker itself, every reduction check and pass a fresh interpreter (the bench)
 CAPTURE_REUSE_ENV = "HARNESS_CAPTURE_REUSE"  # "0": every opset captures on its own (proof, bench)
 REFERENCE_CAP_ENV = "HARNESS_BLAME_REFERENCE_S"   # seconds the blame's reference rung may take
 

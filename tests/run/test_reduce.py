@@ -17,10 +17,11 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from harness.core.cell import CellKey
+from harness.core.paths import import_root
 from harness.core.record import Record, append_record
 from harness.core.run import RunMeta
 from harness.core.status import Status
-from harness.run.post.reduction import eligible
+from harness.run.post.reduction import eligible, polygraphy_dir
 from harness.store.reductions import append_reduction
 from harness.store.runs import load_run
 from harness.worker.diagnose import reduce
@@ -31,10 +32,12 @@ from harness.worker.diagnose.reduce import (
     CheckServer,
     CheckSpec,
     Failure,
+    PassHost,
     TensorStore,
     check_model,
     layerwise_values,
     relax_inputs,
+    write_loader,
 )
 
 ORT_ERROR = ("SecondShapeError: at second shape {'input_0': [3, 7, 8]}: rejected when growing 'seq' "
@@ -181,6 +184,42 @@ def test_a_check_that_crashes_or_hangs_ends_its_copy_only_and_is_no_same_failure
     t0 = time.monotonic()
     assert reduce._forked_check(path, spec, values, None, 0.5) == (OTHER, "the check ran past 0.5 s")
     assert time.monotonic() - t0 < 30
+
+
+def test_a_pass_in_the_pass_host_reduces_as_a_fresh_polygraphy_process_does(tmp_path, monkeypatch):
+    """One Polygraphy pass over a failing file three ways: a fresh process, a copy the pass host
+    forked, and (the host killed) the fresh process it falls back to: the same reduced graph. A
+    pass past its time is stopped and says so."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(import_root()), str(polygraphy_dir())]))
+    path = baked(tmp_path / "m.onnx")
+    work = tmp_path / "work"
+    work.mkdir()
+    feeds = {"input_0": np.ones((3, 7, 8), np.float32)}
+    spec = _spec(work, "run", layerwise_values(path, feeds, deadline=float("inf")))
+    write_loader(work, feeds)
+    check = [sys.executable, "-m", "harness.worker.diagnose.reduce", "check", "--spec",
+             str(spec.write(work / "check.json")), "polygraphy_debug.onnx"]
+    log_path = work / "polygraphy.log"
+    ends = time.monotonic() + 300
+
+    def one_pass(name, host=None, deadline=ends) -> bool:
+        with open(log_path, "a") as log:
+            return reduce._polygraphy(path, work / f"{name}.onnx", "outputs", "bisect", check, work, deadline, log, host)
+
+    assert one_pass("fresh"), log_path.read_text()[-3000:]
+    with open(log_path, "a") as log, PassHost(work / "values.npz", log, 300) as host:
+        assert host.proc is not None, log_path.read_text()[-3000:]
+        assert one_pass("host", host), log_path.read_text()[-3000:]
+        assert not one_pass("late", host, deadline=time.monotonic() + 1.0)   # a check alone takes longer
+        assert log_path.read_text().rstrip().endswith("stopped: time budget spent)")
+        host.proc.kill()
+        host.proc.wait()
+        assert host.run(["--version"], work, log_path, 10) == PassHost.GONE
+        assert one_pass("fallback", host), log_path.read_text()[-3000:]
+    graphs = {name: onnx.load(str(work / f"{name}.onnx")).graph for name in ("fresh", "host", "fallback")}
+    shapes = {name: [(n.op_type, list(n.input), list(n.output)) for n in g.node] for name, g in graphs.items()}
+    assert shapes["fresh"] == shapes["host"] == shapes["fallback"] and len(shapes["fresh"]) < 3, shapes
+    assert not (work / "late.onnx").exists()
 
 
 def test_relaxed_inputs_take_the_values_shape_but_original_inputs_stay(tmp_path):

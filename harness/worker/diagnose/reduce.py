@@ -22,6 +22,7 @@ runtimes lazily.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -316,7 +317,8 @@ def serve_checks(spec_path: Path, sock_path: Path, budget_s: float) -> int:
                     request += chunk
                 model = Path(request.decode().strip())
                 code, why = _forked_check(model, spec, values, expected, max(1.0, deadline - time.monotonic()))
-                conn.sendall(json.dumps({"code": code, "why": why[:ANSWER_MAX]}).encode())
+                with contextlib.suppress(OSError):   # a client killed meanwhile (its pass ran out of time)
+                    conn.sendall(json.dumps({"code": code, "why": why[:ANSWER_MAX]}).encode())
 
 
 def _forked_check(model: Path, spec: CheckSpec, values: TensorStore, expected: TensorStore | None,
@@ -345,6 +347,20 @@ def _forked_check(model: Path, spec: CheckSpec, values: TensorStore, expected: T
     return int(data["code"]), str(data["why"])
 
 
+def _read_line(proc: subprocess.Popen, wait_s: float) -> str | None:
+    """The next line ``proc`` writes on its stdout, stripped; None when none comes within ``wait_s``
+    (or the process ended)."""
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=max(0.0, wait_s)):
+            return None
+    line = proc.stdout.readline()
+    return line.strip() if line else None
+
+
 class CheckServer:
     """The driver's handle on a check server: ``command`` is Polygraphy's ``--check``; None where
     this platform does not fork or the server did not start (the fresh-process check then)."""
@@ -365,21 +381,11 @@ class CheckServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", REDUCE_MODULE, "serve", "--spec", str(spec_path), "--socket", str(self.sock),
              "--timeout", f"{budget_s:.1f}"], stdout=subprocess.PIPE, stderr=log, text=True)
-        if self._ready(min(self.START_S, budget_s)):
+        if _read_line(self.proc, min(self.START_S, budget_s)) == READY:
             self.command = [sys.executable, "-I", "-S", str(CHECK_CLIENT), str(self.sock), fallback[-1], *fallback]
         else:
             log.write("(the check server did not start: each check runs in a fresh process)\n")
             self.close()
-
-    def _ready(self, wait_s: float) -> bool:
-        import selectors
-
-        assert self.proc is not None and self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=wait_s):
-                return False
-        return self.proc.stdout.readline().strip() == READY
 
     def close(self) -> None:
         import shutil
@@ -431,14 +437,27 @@ LINEAR_MAX_NODES = 64
 
 
 def _polygraphy(model: Path, output: Path, direction: str, mode: str, check_cmd: list[str], work: Path,
-                deadline: float, log: Any) -> bool:
+                deadline: float, log: Any, host: "PassHost | None" = None) -> bool:
     """One `polygraphy debug reduce` pass ('outputs': earliest failing outputs; 'inputs': latest
-    failing inputs); False when it did not finish in time or failed."""
-    cmd = [sys.executable, "-m", REDUCE_MODULE, "polygraphy", "--values", str(work / "values.npz"),
-           "debug", "reduce", str(model), "-o", str(output), "--mode", mode,
-           "--no-reduce-inputs" if direction == "outputs" else "--no-reduce-outputs",
-           "--data-loader-script", f"{work / 'loader.py'}:load_data",
-           "--fail-code", str(SAME), "--check", *check_cmd]
+    failing inputs), in a copy forked by ``host`` or else a fresh process; False when it did not
+    finish in time or failed."""
+    argv = ["debug", "reduce", str(model), "-o", str(output), "--mode", mode,
+            "--no-reduce-inputs" if direction == "outputs" else "--no-reduce-outputs",
+            "--data-loader-script", f"{work / 'loader.py'}:load_data",
+            "--fail-code", str(SAME), "--check", *check_cmd]
+    stopped = f"\n(reduce pass over {direction} stopped: time budget spent)\n"
+    # A pass stopped mid-way leaves its candidate behind, and Polygraphy refuses to overwrite it.
+    (work / "polygraphy_debug.onnx").unlink(missing_ok=True)
+    if host is not None:
+        log.write(f"$ (pass host) polygraphy {' '.join(argv)}\n")
+        log.flush()
+        status = host.run(argv, work, Path(log.name), max(1.0, deadline - time.monotonic()))
+        if status != PassHost.GONE:
+            if status is None:
+                log.write(stopped)
+                return False
+            return status == 0 and output.exists()
+    cmd = [sys.executable, "-m", REDUCE_MODULE, "polygraphy", "--values", str(work / "values.npz"), *argv]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -447,9 +466,116 @@ def _polygraphy(model: Path, output: Path, direction: str, mode: str, check_cmd:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        log.write(f"\n(reduce pass over {direction} stopped: time budget spent)\n")
+        log.write(stopped)
         return False
     return proc.returncode == 0 and output.exists()
+
+
+# ==== environment side: the pass host ========================================================
+# Each Polygraphy pass started an interpreter that imported onnx, onnx-graphsurgeon, sympy (for
+# ONNX Runtime's shape inference) and Polygraphy: 4 to 6 s of every pass. The pass host imports
+# them once and forks a copy of itself per pass, as the check server does per check.
+
+PASS_HOST_READY = "pass host ready"
+POLYGRAPHY_PRELOAD = ("onnx", "onnx_graphsurgeon", "onnxruntime", "onnxruntime.tools.symbolic_shape_infer",
+                      "polygraphy.tools", "polygraphy.tools.debug.subtool.reduce", "polygraphy.backend.onnx.loader",
+                      "polygraphy.comparator", "polygraphy.tools.args.backend.onnx.loader")
+
+
+def host_passes(values: Path) -> int:
+    """``reduce pass-host``: one JSON request a line on stdin (``argv``: Polygraphy's arguments,
+    ``cwd``, ``log``: the file its output is appended to, ``timeout``: seconds), each run by
+    ``polygraphy_main`` in a fresh copy of this process; one JSON line back, ``status``: the
+    copy's exit status as ``os.waitpid`` gives it, None when it ran past the timeout (killed with
+    what it started)."""
+    import importlib
+
+    from harness.worker import group_process as fresh
+
+    fresh._prctl(fresh.PR_SET_PDEATHSIG, signal.SIGKILL)
+    _ort_tools_without_torch()
+    for name in POLYGRAPHY_PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass   # the pass imports it, or does without it, as a fresh interpreter would
+    print(PASS_HOST_READY, flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+
+        def child() -> bool:
+            fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.chdir(request["cwd"])
+            return polygraphy_main(values, request["argv"]) == 0
+
+        status = fresh.in_fresh_copy(child, timeout=float(request["timeout"]))
+        print(json.dumps({"status": status}), flush=True)
+    return 0
+
+
+class PassHost:
+    """The driver's handle on a pass host; ``run`` answers None (ran past its time), an exit
+    status, or ``GONE`` when the host cannot run it (the pass then runs in a fresh process)."""
+
+    GONE = "gone"
+
+    def __init__(self, values: Path, log: Any, budget_s: float) -> None:
+        from harness.worker import group_process as fresh
+
+        self.proc: subprocess.Popen | None = None
+        if not fresh.enabled():
+            return
+        self.proc = subprocess.Popen([sys.executable, "-m", REDUCE_MODULE, "pass-host", "--values", str(values)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+        if _read_line(self.proc, min(CheckServer.START_S, budget_s)) != PASS_HOST_READY:
+            log.write("(the pass host did not start: each Polygraphy pass runs in a fresh process)\n")
+            self.close()
+
+    def run(self, argv: list[str], cwd: Path, log_path: Path, timeout_s: float) -> int | None | str:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.GONE
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log_path),
+                                              "timeout": timeout_s}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.close()
+            return self.GONE
+        line = _read_line(self.proc, timeout_s + 30.0)   # the host kills a pass at timeout_s itself
+        if line is None:
+            self.close()
+            return None
+        return json.loads(line)["status"]
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self.proc = None
+
+    def __enter__(self) -> "PassHost":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_loader(work: Path, feeds: dict[str, np.ndarray]) -> None:
+    """The failing shape's inputs and Polygraphy's data loader script reading them (``loader.py``)."""
+    np.savez(work / "feeds.npz", **feeds)
+    (work / "loader.py").write_text(
+        "import numpy as np\n\n\ndef load_data():\n"
+        f"    with np.load({str(work / 'feeds.npz')!r}) as data:\n"
+        "        yield {k: data[k] for k in data.files}\n")
 
 
 def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Path) -> Reduction:
@@ -479,11 +605,7 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
     values.save(work / "values.npz")
     if expected is not None:
         expected.save(work / "expected.npz")
-    np.savez(work / "feeds.npz", **feeds)
-    (work / "loader.py").write_text(
-        "import numpy as np\n\n\ndef load_data():\n"
-        f"    with np.load({str(work / 'feeds.npz')!r}) as data:\n"
-        "        yield {k: data[k] for k in data.files}\n")
+    write_loader(work, feeds)
     spec = CheckSpec(failure, cell["runtime_name"], cell.get("runtime_options") or {},
                      int(job.get("threads") or 1), (group.get("options") or {}).get("precision", "fp32"),
                      str(work / "values.npz"), str(work / "expected.npz") if expected else None,
@@ -499,8 +621,11 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
                    "polygraphy_debug.onnx"]
     best, nodes = original, out.original_nodes
     unfinished: list[str] = []      # passes the budget cut short or left out
-    with open(work / "polygraphy.log", "w", encoding="utf-8") as log, \
-            CheckServer(spec_path, fresh_check, deadline - time.monotonic(), log) as server:
+    (work / "polygraphy.log").write_text("")
+    # Appended to by this process, the servers and each forked pass: every write lands at the end.
+    with open(work / "polygraphy.log", "a", encoding="utf-8") as log, \
+            CheckServer(spec_path, fresh_check, deadline - time.monotonic(), log) as server, \
+            PassHost(work / "values.npz", log, deadline - time.monotonic()) as host:
         check_cmd = server.command or fresh_check
         for direction, mode in PASSES_PLAN:
             if nodes <= 1 or (mode == "linear" and nodes > LINEAR_MAX_NODES):
@@ -509,7 +634,7 @@ def reduce_bundle(bundle: Path, rec: dict[str, Any], timeout_s: float, work: Pat
                 unfinished.append(f"{direction} {mode}")
                 continue
             target = work / f"{direction}-{mode}.onnx"
-            if _polygraphy(best, target, direction, mode, check_cmd, work, deadline, log):
+            if _polygraphy(best, target, direction, mode, check_cmd, work, deadline, log, host):
                 best, nodes = target, len(onnx.load(str(target)).graph.node)
             elif time.monotonic() >= deadline:
                 unfinished.append(f"{direction} {mode}")
@@ -594,6 +719,8 @@ def env_main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", type=Path, required=True)
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--timeout", type=float, required=True, help="the reduction's budget, seconds")
+    p = sub.add_parser("pass-host", help="run Polygraphy passes asked on stdin, each in a fresh copy of this process")
+    p.add_argument("--values", type=Path, required=True)
     p = sub.add_parser("reduce", help="reduce one bundle in this environment")
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--record", type=Path, required=True, help="the cell's record (JSON)")
@@ -605,6 +732,8 @@ def env_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "polygraphy":
         return polygraphy_main(args.values, args.args)
+    if args.command == "pass-host":
+        return host_passes(args.values)
     if args.command == "serve":
         return serve_checks(args.spec, args.socket, args.timeout)
     if args.command == "check":
