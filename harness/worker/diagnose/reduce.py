@@ -484,7 +484,7 @@ POLYGRAPHY_PRELOAD = ("onnx", "onnx_graphsurgeon", "onnxruntime", "onnxruntime.t
 
 def host_passes(values: Path) -> int:
     """``reduce pass-host``: one JSON request a line on stdin (``argv``: Polygraphy's arguments,
-    ``cwd``, ``log``: the file its output is appended to, ``timeout``: seconds), each run by
+    ``cwd``, ``log``: the file its output is appended to, ``cap_s``: seconds), each run by
     ``polygraphy_main`` in a fresh copy of this process; one JSON line back, ``status``: the
     copy's exit status as ``os.waitpid`` gives it, None when it ran past the timeout (killed with
     what it started)."""
@@ -510,7 +510,7 @@ def host_passes(values: Path) -> int:
             os.chdir(request["cwd"])
             return polygraphy_main(values, request["argv"]) == 0
 
-        status = fresh.in_fresh_copy(child, timeout=float(request["timeout"]))
+        status = fresh.in_fresh_copy(child, timeout=float(request["cap_s"]))
         print(json.dumps({"status": status}), flush=True)
     return 0
 
@@ -539,7 +539,7 @@ class PassHost:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log_path),
-                                              "timeout": timeout_s}) + "\n")
+                                              "cap_s": timeout_s}) + "\n")
             self.proc.stdin.flush()
         except OSError:
             self.close()
