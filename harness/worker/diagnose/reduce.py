@@ -361,47 +361,69 @@ def _read_line(proc: subprocess.Popen, wait_s: float) -> str | None:
     return line.strip() if line else None
 
 
-class CheckServer:
-    """The driver's handle on a check server: ``command`` is Polygraphy's ``--check``; None where
-    this platform does not fork or the server did not start (the fresh-process check then)."""
+class _WarmProcess:
+    """A helper process of the driver (the check server, the pass host): started where this
+    platform forks, ready once it prints its ready line, killed when the driver is done with it."""
 
     START_S = 60.0
 
-    def __init__(self, spec_path: Path, fallback: list[str], budget_s: float, log: Any) -> None:
-        import tempfile
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
 
+    def _start(self, cmd: list[str], ready: str, budget_s: float, log: Any, otherwise: str,
+               stdin: Any = None) -> bool:
+        """Start ``cmd``; True once it is ready, else False (``otherwise`` logged when it was started)."""
         from harness.worker import group_process as fresh
 
-        self.proc: subprocess.Popen | None = None
-        self.folder = Path(tempfile.mkdtemp(prefix="harness-check-"))   # a socket's path is short
-        self.sock = self.folder / "check.sock"
-        self.command: list[str] | None = None
         if not fresh.enabled():
-            return
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", REDUCE_MODULE, "serve", "--spec", str(spec_path), "--socket", str(self.sock),
-             "--timeout", f"{budget_s:.1f}"], stdout=subprocess.PIPE, stderr=log, text=True)
-        if _read_line(self.proc, min(self.START_S, budget_s)) == READY:
-            self.command = [sys.executable, "-I", "-S", str(CHECK_CLIENT), str(self.sock), fallback[-1], *fallback]
-        else:
-            log.write("(the check server did not start: each check runs in a fresh process)\n")
-            self.close()
+            return False
+        self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True)
+        if _read_line(self.proc, min(self.START_S, budget_s)) == ready:
+            return True
+        log.write(f"({otherwise})\n")
+        self.close()
+        return False
 
     def close(self) -> None:
-        import shutil
-
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-            self.proc.stdout.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self.proc = None
 
-    def __enter__(self) -> "CheckServer":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CheckServer(_WarmProcess):
+    """The driver's handle on a check server: ``command`` is Polygraphy's ``--check``; None where
+    this platform does not fork or the server did not start (the fresh-process check then)."""
+
+    def __init__(self, spec_path: Path, fallback: list[str], budget_s: float, log: Any) -> None:
+        import tempfile
+
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="harness-check-"))   # a socket's path is short
+        self.sock = self.folder / "check.sock"
+        self.command: list[str] | None = None
+        if self._start([sys.executable, "-m", REDUCE_MODULE, "serve", "--spec", str(spec_path), "--socket",
+                        str(self.sock), "--timeout", f"{budget_s:.1f}"], READY, budget_s, log,
+                       "the check server did not start: each check runs in a fresh process"):
+            self.command = [sys.executable, "-I", "-S", str(CHECK_CLIENT), str(self.sock), fallback[-1], *fallback]
+
+    def close(self) -> None:
+        import shutil
+
+        super().close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # ==== environment side: the driver ===========================================================
@@ -515,23 +537,17 @@ def host_passes(values: Path) -> int:
     return 0
 
 
-class PassHost:
+class PassHost(_WarmProcess):
     """The driver's handle on a pass host; ``run`` answers None (ran past its time), an exit
     status, or ``GONE`` when the host cannot run it (the pass then runs in a fresh process)."""
 
     GONE = "gone"
 
     def __init__(self, values: Path, log: Any, budget_s: float) -> None:
-        from harness.worker import group_process as fresh
-
-        self.proc: subprocess.Popen | None = None
-        if not fresh.enabled():
-            return
-        self.proc = subprocess.Popen([sys.executable, "-m", REDUCE_MODULE, "pass-host", "--values", str(values)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
-        if _read_line(self.proc, min(CheckServer.START_S, budget_s)) != PASS_HOST_READY:
-            log.write("(the pass host did not start: each Polygraphy pass runs in a fresh process)\n")
-            self.close()
+        super().__init__()
+        self._start([sys.executable, "-m", REDUCE_MODULE, "pass-host", "--values", str(values)], PASS_HOST_READY,
+                    budget_s, log, "the pass host did not start: each Polygraphy pass runs in a fresh process",
+                    stdin=subprocess.PIPE)
 
     def run(self, argv: list[str], cwd: Path, log_path: Path, timeout_s: float) -> int | None | str:
         if self.proc is None or self.proc.poll() is not None:
@@ -549,24 +565,6 @@ class PassHost:
             self.close()
             return None
         return json.loads(line)["status"]
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-        self.proc = None
-
-    def __enter__(self) -> "PassHost":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def write_loader(work: Path, feeds: dict[str, np.ndarray]) -> None:
