@@ -228,6 +228,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
         "processes": "the medians (ms) of the fresh latency workers that timed the cell, the protocol's own first; where two disagreed, `median` is the median of all of them",
         "bimodal": "those processes split into two modes (shown ‡ in the matrix)",
         "modes": "the two modes' medians (ms), lower first",
+        "same_file_as": "the cell whose timing this is: the same file, feeds, runtime and runtime options, timed once for both in each latency worker ([Report](report.md))",
         "iterations": "timed calls",
         "threads": "intra-op threads",
         "ci_low": "lower end of the median's confidence interval",

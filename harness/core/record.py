@@ -102,6 +102,8 @@ class Latency:
     ``unstable_why``: what made it unstable. ``processes``: the medians of the fresh processes
     that timed it (the protocol's own first; ``harness.run.confirm``): where two disagreed, the
     median is theirs, and ``bimodal`` with ``modes`` ([lower, upper] ms) when they split in two.
+    ``same_file_as``: the cell whose timing this is, taken once for both in each latency worker
+    (the same file, feeds, runtime and runtime options; ``harness.worker.stages.SameFileTimings``).
     ``samples``: every value up to
     1,000 in time order, beyond that 1,000 evenly spaced order statistics; records written before
     these keys existed keep all their samples and lack the other keys.
@@ -130,6 +132,7 @@ class Latency:
     processes: list[float] = field(default_factory=list)
     bimodal: bool | None = None
     modes: list[float] = field(default_factory=list)
+    same_file_as: str | None = None
     samples: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -471,7 +474,7 @@ _LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv"
             "unstable": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
             "loaded": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
             "bimodal": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
-            "unstable_why": _OPT_STR,
+            "unstable_why": _OPT_STR, "same_file_as": _OPT_STR,
             "load": _OPT_OBJ,
             **{k: (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers")
                for k in ("processes", "modes")},

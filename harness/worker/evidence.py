@@ -39,6 +39,13 @@ def _arrays(h: "hashlib._Hash", values: Any) -> None:
         h.update(repr(values).encode())
 
 
+def values_digest(values: Any) -> str:
+    """sha256 of nested lists / dicts of arrays and plain values, the first 24 hex digits."""
+    h = hashlib.sha256()
+    _arrays(h, values)
+    return h.hexdigest()[:24]
+
+
 def evidence_key(ctx: Any, digest: str) -> str:
     """What the file-only evidence of a group depends on: its file and the inputs it is judged by."""
     h = hashlib.sha256(digest.encode())

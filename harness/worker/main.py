@@ -48,10 +48,10 @@ from harness.worker.logcap import cap_file
 from harness.worker.spool import read_group_spool
 from harness.worker.stages import (
     GroupContext,
+    SameFileTimings,
     package_versions,
     run_cell,
     spool_group,
-    time_cell,
 )
 
 # The worker's own pid: a process forked by a case returns into this module's code with another
@@ -348,11 +348,13 @@ def group_case_files(loaded: CaseFiles, ctx: GroupContext, job: Job) -> dict[str
 
 def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
     """The latency phase in one environment: each group's spooled file, loaded again in each
-    cell's runtime and timed (the runner starts this worker when nothing else runs). Each record
-    holds the timing only; the runner joins it to the cell's verdict."""
+    cell's runtime and timed (the runner starts this worker when nothing else runs), once per
+    file, feeds and runtime settings (``SameFileTimings``). Each record holds the timing only; the
+    runner joins it to the cell's verdict."""
     emit(Hello(versions={}, pid=os.getpid()).to_dict())
     run_dir = Path(job.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    timings = SameFileTimings()
     for group in job.groups:
         emit(GroupStart(gid=group.gid).to_dict())
         log_path = run_dir / "logs" / f"{group.gid}.log"
@@ -362,7 +364,7 @@ def run_latency_job(job: Job, emit, logs: GroupLogs) -> None:
             emit(CellStart(cell_id=cell.cell_id).to_dict())
             with logs.block(group.gid, log_path):
                 print(f"=== latency {cell.cell_id} ===", flush=True)
-                rec = time_cell(job, group, cell, spooled)
+                rec = timings.time(job, group, cell, spooled)
                 rec.log = str(log_path)
                 if rec.status is Status.FAIL and job.bundles and spooled.error is None:
                     ctx = GroupContext(job, group, spooled.onnx.parent)

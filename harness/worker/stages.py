@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from harness.core.errors import short_error
 from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
-from harness.core.record import Parity, Record
+from harness.core.record import Latency, Parity, Record
 from harness.core.status import Stage, Status
 from harness.runtimes.base import match_feeds
 from harness.worker.diagnose.tracing import tracer_warnings
@@ -640,6 +640,56 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
             meta["floors"] = ctx.floors(0)
     write_spool(ctx.onnx_path.parent, ctx.onnx_path.name, ctx.feeds[0],
                 [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], expected, **meta)
+
+
+def timing_key(group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> str | None:
+    """Everything a cell's timing depends on besides its job (protocol, threads, machine): the
+    file and its external data, the feeds and every shape the runtime is prepared for, the
+    runtime, its options and the precision. Two cells of one key time the same thing; None where
+    the spool cannot say."""
+    from harness.core.steps import precision_of
+    from harness.worker.capture_reuse import file_digest
+    from harness.worker.evidence import values_digest
+
+    digest = file_digest(spooled.onnx) if spooled.error is None else None
+    if digest is None:
+        return None
+    return values_digest([digest, spooled.feeds, spooled.shapes, cell.runtime, cell.runtime_name,
+                          cell.runtime_options, group.options.precision,
+                          precision_of(group.steps) if group.steps else None])
+
+
+class SameFileTimings:
+    """One timing per file in a latency worker: a cell whose file, feeds, runtime and runtime
+    options are those of a cell this process already timed gets that timing, marked
+    ``same_file_as`` (torch's dynamo exporter writes one opset-18 file for several asked opsets
+    where it cannot convert down). Only a passing timing is shared (one taken on a busy machine stays marked
+    ``loaded`` in both); a cell whose first timing failed is timed again."""
+
+    def __init__(self) -> None:
+        self.timed: dict[str, tuple[str, Latency]] = {}
+
+    def time(self, job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> Record:
+        t0 = time.perf_counter()
+        try:
+            key = timing_key(group, cell, spooled)
+        except Exception:  # noqa: BLE001 - a file that cannot be hashed is timed on its own
+            traceback.print_exc()
+            key = None
+        if key in self.timed:
+            first_cell, first = self.timed[key]
+            rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
+                                  cell_id=cell.cell_id)
+            rec.latency_ms = Latency.from_dict(first.to_dict())
+            rec.latency_ms.same_file_as = first_cell
+            rec.duration_s = {Stage.LATENCY.value: round(time.perf_counter() - t0, 6)}
+            rec.finished_at = time.time()
+            print(f"timed once with {first_cell}: the same file, inputs and runtime settings", flush=True)
+            return rec
+        rec = time_cell(job, group, cell, spooled)
+        if key is not None and rec.status is Status.PASS and rec.latency_ms.median:
+            self.timed[key] = (cell.cell_id, rec.latency_ms)
+        return rec
 
 
 def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> Record:

@@ -53,6 +53,30 @@ def test_conv_bn_baseline_passes_with_parity_and_latency(e2e_records):
         assert r.graph["nodes"] > 0 and r.opset_actual == r.opset
 
 
+def test_one_file_is_timed_once_per_environment_and_runtime(e2e_records):
+    """Cells whose exported files are byte for byte the same (torch's dynamo exporter writes one
+    opset-18 file for several asked opsets where it cannot convert down) carry one timing, marked with the cell that took it;
+    cells whose files differ never share one."""
+    timed = [r for r in e2e_records if r.status == "pass" and r.latency_ms.median]
+    by_cell = {r.cell_id: r for r in timed}
+    files: dict[tuple, list] = {}
+    for r in timed:
+        files.setdefault((r.env, r.runtime, (r.export_made or {}).get("sha256") or r.cell_id), []).append(r)
+    shared = [rs for rs in files.values() if len(rs) > 1]
+    assert shared, "no two cells of this matrix wrote the same file"
+    for rs in files.values():
+        firsts = [r for r in rs if r.latency_ms.same_file_as is None]
+        assert len(firsts) == 1, [r.cell_id for r in rs]
+        for r in rs:
+            if r is not firsts[0]:
+                assert r.latency_ms.same_file_as == firsts[0].cell_id
+                assert (r.latency_ms.median, r.latency_ms.samples) == (firsts[0].latency_ms.median,
+                                                                      firsts[0].latency_ms.samples)
+    for r in timed:
+        if r.latency_ms.same_file_as:
+            assert by_cell[r.latency_ms.same_file_as].export_made["sha256"] == r.export_made["sha256"]
+
+
 def test_user_file_case_runs(e2e_records):
     rs = find(e2e_records, case="tiny_mlp")
     assert rs and all(r.status == "pass" for r in rs), [(r.cell_id, r.error) for r in rs if r.status != "pass"]

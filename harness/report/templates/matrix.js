@@ -209,6 +209,7 @@
               ["spread", l.spread], ["iterations", l.iterations], ["threads", l.threads],
               ["unstable", l.unstable ? "yes: " + (l.unstable_why || "robust spread or median interval too wide") : null],
               ["processes", l.processes && l.processes.length ? l.processes.map(fmt).join(", ") + " (medians of the fresh processes that timed it)" : null],
+              ["timed with", l.same_file_as ? l.same_file_as + " (the same file, inputs and runtime settings: one timing for both)" : null],
               ["bimodal", l.bimodal ? "two modes across fresh processes: " + (l.modes || []).map(fmt).join(" / ") + " ms" : null],
               ["loaded", l.loaded ? "yes: others used " + fmt(load.other_cpu) + " of the CPUs, steal " + fmt(load.steal) + " (figure not trusted; the gate never calls it slower)" : null]]);
       if (c.histogram) histogram(ls, c.histogram);
