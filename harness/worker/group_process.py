@@ -90,8 +90,8 @@ def _preload_own() -> list[str]:
 def prepare_exporter() -> bool:
     """Build torch.onnx's registry of the ONNX functions it translates aten ops to (onnxscript's
     torchlib, compiled from its source: data, the same for every export of this environment; a
-    first dynamo export spends seconds on it), with torchlib's table of those functions kept for
-    every later export (``keep_torchlib_table``). No model is traced or run and no thread starts."""
+    first dynamo export spends seconds on it), with torchlib's table of those functions and their
+    ONNX signatures kept for every later export (``keep_torchlib_table``, ``keep_signatures``). No model is traced or run and no thread starts."""
     try:
         from torch.onnx._internal.exporter import _registration
 
@@ -142,7 +142,79 @@ def keep_torchlib_table() -> bool:
 
     get_torchlib_ops.harness_original = original  # type: ignore[attr-defined]
     apis.get_torchlib_ops = get_torchlib_ops
+    keep_signatures()
     return True
+
+
+def _signature_api() -> tuple[Any, str] | None:
+    """Where this torch.onnx infers a function's ONNX signature, which it does for each of
+    torchlib's functions at every registry build: ``_schemas.op_signature_from_function`` (2.10
+    and later) or the classmethod ``_schemas.OpSignature.from_function`` (before); None elsewhere."""
+    try:
+        from torch.onnx._internal.exporter import _schemas
+    except Exception:  # noqa: BLE001 - an older torch.onnx: nothing to keep
+        return None
+    if callable(getattr(_schemas, "op_signature_from_function", None)):
+        return _schemas, "op_signature_from_function"
+    owner = getattr(_schemas, "OpSignature", None)
+    if isinstance(getattr(owner, "__dict__", {}).get("from_function"), classmethod):
+        return owner, "from_function"
+    return None
+
+
+def _kept_signature(found: tuple[Any, str]) -> Any:
+    """The original of a signature inference ``keep_signatures`` wrapped, else None."""
+    raw = found[0].__dict__.get(found[1])
+    return getattr(getattr(raw, "__func__", raw), "harness_original", None)
+
+
+def keep_signatures() -> bool:
+    """Make torch.onnx's signature inference answer once per function and arguments.
+
+    Every dynamo export builds torch.onnx's registry, and building it infers the ONNX signature
+    of each of torchlib's functions again from its annotations (``typing.get_type_hints``,
+    ``inspect.signature``): about a second of CPU per export, the same answer each time. The
+    answer is kept with the function itself (so its identity cannot be reused by another object)
+    and the other arguments; arguments that cannot be a key, and a call that raises, go to the
+    original every time. The files are the ones a plain export writes (``capture_proof``, as for
+    the table). False where this torch.onnx has no such inference."""
+    found = _signature_api()
+    if found is None:
+        return False
+    if _kept_signature(found) is not None:
+        return True
+    owner, name = found
+    raw = owner.__dict__[name]
+    method = isinstance(raw, classmethod)
+    infer = raw.__func__ if method else raw
+    kept: dict[tuple, tuple[Any, Any]] = {}
+
+    def signature(*args: Any, **kwargs: Any) -> Any:
+        rest = args[1:] if method else args
+        if not rest:
+            return infer(*args, **kwargs)
+        func = rest[0]
+        try:
+            key = (id(args[0]) if method else None, id(func), rest[1:], tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:
+            return infer(*args, **kwargs)
+        hit = kept.get(key)
+        if hit is None or hit[0] is not func:
+            hit = kept[key] = (func, infer(*args, **kwargs))
+        return hit[1]
+
+    signature.harness_original = raw  # type: ignore[attr-defined]
+    setattr(owner, name, classmethod(signature) if method else signature)
+    return True
+
+
+def forget_signatures() -> None:
+    """Undo ``keep_signatures`` in this process."""
+    found = _signature_api()
+    original = _kept_signature(found) if found is not None else None
+    if original is not None:
+        setattr(found[0], found[1], original)
 
 
 def _kept_original(apis: Any) -> Any:
@@ -161,6 +233,7 @@ def forget_torchlib_table() -> None:
     original = _kept_original(apis)
     if original is not None:
         apis.get_torchlib_ops = original
+    forget_signatures()
 
 
 def freeze() -> None:

@@ -49,3 +49,35 @@ def test_forgetting_gives_torch_onnx_the_plain_table(apis):
     fresh.keep_torchlib_table()
     fresh.forget_torchlib_table()
     assert module.get_torchlib_ops is original
+
+
+def test_kept_signatures_are_torch_onnxs_own_and_forgotten_with_the_table(apis):
+    """The registry built with the signatures kept holds, for every aten op, the same functions
+    with signatures equal to those a plain build infers; a second build takes them from the keep."""
+    from torch.onnx._internal.exporter import _registration
+
+    def entries(registry) -> dict:
+        out = {}
+        for target, metas in registry.functions.items():
+            out[str(target)] = [(id(m.onnx_function), repr(m.signature)) for m in metas]
+        return out
+
+    fresh.forget_torchlib_table()
+    found = fresh._signature_api()
+    if found is None:
+        pytest.skip("this torch.onnx infers no signatures at registry builds")
+    plain = entries(_registration.ONNXRegistry.from_torchlib())
+    assert fresh.keep_torchlib_table() and fresh._kept_signature(found) is not None
+    first, second = _registration.ONNXRegistry.from_torchlib(), _registration.ONNXRegistry.from_torchlib()
+    assert entries(first) == entries(second) == plain and len(plain) > 100
+    shared = [(a.signature is b.signature) for t in first.functions for a, b in zip(first.functions[t], second.functions[t])
+              if a.signature is not None]
+    assert shared and all(shared)
+    fresh.forget_torchlib_table()
+    assert fresh._kept_signature(found) is None
+    third = _registration.ONNXRegistry.from_torchlib()
+    assert entries(third) == plain
+    # torch's own functions carry a signature made once at import; onnxscript's are inferred again.
+    again = [(a.signature is b.signature) for t in first.functions
+             for a, b in zip(first.functions[t], third.functions[t]) if a.signature is not None]
+    assert len(again) == len(shared) and again.count(False) > len(again) // 2
