@@ -91,7 +91,8 @@ def prepare_exporter() -> bool:
     """Build torch.onnx's registry of the ONNX functions it translates aten ops to (onnxscript's
     torchlib, compiled from its source: data, the same for every export of this environment; a
     first dynamo export spends seconds on it), with torchlib's table of those functions and their
-    ONNX signatures kept for every later export (``keep_torchlib_table``, ``keep_signatures``). No model is traced or run and no thread starts."""
+    ONNX signatures kept for every later export (``keep_torchlib_table``, ``keep_signatures``).
+    No model is traced or run and no thread starts."""
     try:
         from torch.onnx._internal.exporter import _registration
 
@@ -173,7 +174,7 @@ def keep_signatures() -> bool:
 
     Every dynamo export builds torch.onnx's registry, and building it infers the ONNX signature
     of each of torchlib's functions again from its annotations (``typing.get_type_hints``,
-    ``inspect.signature``): about a second of CPU per export, the same answer each time. The
+    ``inspect.signature``): 0.4 to 0.5 s of CPU per export, the same answer each time. The
     answer is kept with the function itself (so its identity cannot be reused by another object)
     and the other arguments; arguments that cannot be a key, and a call that raises, go to the
     original every time. The files are the ones a plain export writes (``capture_proof``, as for

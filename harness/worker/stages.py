@@ -663,8 +663,8 @@ class SameFileTimings:
     """One timing per file in a latency worker: a cell whose file, feeds, runtime and runtime
     options are those of a cell this process already timed gets that timing, marked
     ``same_file_as`` (torch's dynamo exporter writes one opset-18 file for several asked opsets
-    where it cannot convert down). Only a passing timing is shared (one taken on a busy machine stays marked
-    ``loaded`` in both); a cell whose first timing failed is timed again."""
+    where it cannot convert down). Only a passing timing is shared (one taken on a busy machine
+    stays marked ``loaded`` in both); a cell whose first timing failed is timed again."""
 
     def __init__(self) -> None:
         self.timed: dict[str, tuple[str, Latency]] = {}
