@@ -642,21 +642,25 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
                 [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], expected, **meta)
 
 
-def timing_key(group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> str | None:
-    """Everything a cell's timing depends on besides its job (protocol, threads, machine): the
-    file and its external data, the feeds and every shape the runtime is prepared for, the
-    runtime, its options and the precision. Two cells of one key time the same thing; None where
-    the spool cannot say."""
-    from harness.core.steps import precision_of
+def spool_key(spooled: SpooledFile) -> str | None:
+    """What a spool gives every cell's timing: the file and its external data, the feeds and every
+    shape the runtime is prepared for; None where the spool cannot say."""
     from harness.worker.capture_reuse import file_digest
     from harness.worker.evidence import values_digest
 
     digest = file_digest(spooled.onnx) if spooled.error is None else None
-    if digest is None:
-        return None
-    return values_digest([digest, spooled.feeds, spooled.shapes, cell.runtime, cell.runtime_name,
-                          cell.runtime_options, group.options.precision,
-                          precision_of(group.steps) if group.steps else None])
+    return None if digest is None else values_digest([digest, spooled.feeds, spooled.shapes])
+
+
+def timing_key(group: ExportGroup, cell: CellJob, spooled_key: str) -> str:
+    """Everything a cell's timing depends on besides its job (protocol, threads, machine): its
+    spool's key (``spool_key``), the runtime, its options and the precision. Two cells of one key
+    time the same thing."""
+    from harness.core.steps import precision_of
+    from harness.worker.evidence import values_digest
+
+    return values_digest([spooled_key, cell.runtime, cell.runtime_name, cell.runtime_options,
+                          group.options.precision, precision_of(group.steps) if group.steps else None])
 
 
 class SameFileTimings:
@@ -664,18 +668,26 @@ class SameFileTimings:
     options are those of a cell this process already timed gets that timing, marked
     ``same_file_as`` (torch's dynamo exporter writes one opset-18 file for several asked opsets
     where it cannot convert down). Only a passing timing is shared (one taken on a busy machine
-    stays marked ``loaded`` in both); a cell whose first timing failed is timed again."""
+    stays marked ``loaded`` in both); a cell whose first timing failed is timed again. Each
+    spool's file is hashed once, for all of its cells."""
 
     def __init__(self) -> None:
         self.timed: dict[str, tuple[str, Latency]] = {}
+        self.spools: dict[Path, str | None] = {}
+
+    def _spool_key(self, spooled: SpooledFile) -> str | None:
+        if spooled.onnx not in self.spools:
+            try:
+                self.spools[spooled.onnx] = spool_key(spooled)
+            except Exception:  # noqa: BLE001 - a file that cannot be hashed is timed on its own
+                traceback.print_exc()
+                self.spools[spooled.onnx] = None
+        return self.spools[spooled.onnx]
 
     def time(self, job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile) -> Record:
         t0 = time.perf_counter()
-        try:
-            key = timing_key(group, cell, spooled)
-        except Exception:  # noqa: BLE001 - a file that cannot be hashed is timed on its own
-            traceback.print_exc()
-            key = None
+        found = self._spool_key(spooled)
+        key = timing_key(group, cell, found) if found is not None else None
         if key in self.timed:
             first_cell, first = self.timed[key]
             rec = Record.for_cell(job.run_id, group.key(cell), spooled.torch or "?", job.env, Status.PASS,
