@@ -429,6 +429,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
     from harness.bench.compiled_cache import bench_compiled_cache
     from harness.bench.compiled_cache import rows as compiled_cache_rows
     from harness.bench.interleaved import bench_interleaved, interleaved_rows
+    from harness.bench.latency_protocol import bench_latency_protocol
+    from harness.bench.latency_protocol import rows as latency_protocol_rows
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
     from harness.bench.reduce_check import bench_reduce
     from harness.bench.reduce_check import rows as reduce_rows
@@ -449,6 +451,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "zoo_sample": bench_zoo_sample,
         "bytecode": lambda: bench_bytecode(latency_env(config, only)),
         "compiled_cache": lambda: bench_compiled_cache(latency_env(config, only)),
+        "latency_protocol": bench_latency_protocol,
         "reduce": bench_reduce,
     }
     unknown = sorted(set(parts or ()) - set(benchmarks))
@@ -502,6 +505,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += bytecode_rows(results["bytecode"])
     if "compiled_cache" in results:
         rows += compiled_cache_rows(results["compiled_cache"])
+    if "latency_protocol" in results:
+        rows += latency_protocol_rows(results["latency_protocol"])
     if "reduce" in results:
         rows += reduce_rows(results["reduce"])
     print("\n" + tabulate(rows, headers=["benchmark", "value"], tablefmt="github"))
