@@ -279,7 +279,8 @@ class _Runner:
                 except Exception as exc:  # noqa: BLE001 - the latency phase fails these cells, naming it
                     traceback.print_exc()
                     spool_error = f"the exported file could not be kept for the phases after the verdict: {type(exc).__name__}: {exc}"[:300]
-        with evidence.shared(ctx, Path(self.tmp) / "evidence"):
+        ctx.evidence_dir = Path(self.tmp) / "evidence"   # also the family's layer experiments
+        with evidence.shared(ctx, ctx.evidence_dir):
             self.cells(ctx, case_files, spool_error, log_path)
         if not self.spool:
             for p in Path(self.tmp).glob(f"{group.gid}.onnx*"):

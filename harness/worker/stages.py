@@ -156,6 +156,7 @@ class GroupContext:
         self.capture_log: ExportLog | None = None
         self.made: dict[str, Any] | None = None
         self.divergences: dict[int, dict[str, Any]] = {}   # the divergence search per shape (evidence)
+        self.evidence_dir: Path | None = None   # the worker's evidence folder (evidence, layer experiments)
 
     @property
     def dims(self) -> dict:

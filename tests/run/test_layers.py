@@ -263,3 +263,53 @@ def test_a_fixed_cell_says_what_its_baseline_failure_was_blamed_on():
     assert fixed_text(c, "onnxscript 0.7.2") == ("fixed in onnxscript 0.7.2: the baseline's failure was "
                                                  "translation: onnxscript (microsoft/onnxscript)")
     assert fixed_text(CellComparison(cand.key, Verdict.UNCHANGED, cand, cand), "x") is None
+
+
+def test_the_native_export_is_shared_by_the_groups_of_one_family(tmp_path, monkeypatch):
+    """Two opsets of one dynamo family in one worker: the second takes the first's native-opset
+    file and judgement (``shared``) and converts that file to its own opset itself, with the
+    result a group exporting on its own gets; the same case with other weights exports its own."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    import onnx
+
+    from harness.core.job import ExportGroup
+    from harness.worker.cases import build_case
+    from harness.worker.diagnose import layer_experiments as ex
+
+    exported, dirs = [], iter(range(100))
+    real = ex._export
+    monkeypatch.setattr(ex, "_export", lambda ctx, path, **kw: (exported.append(ctx.group.opset), real(ctx, path, **kw)))
+
+    def ctx_for(opset: int, spec, name: str = "x", shared: bool = True) -> types.SimpleNamespace:
+        work = tmp_path / f"work{next(dirs)}"
+        work.mkdir()
+        with torch.no_grad():
+            reference = spec.model(*spec.inputs).numpy()
+        group = ExportGroup(gid=f"g{opset}", case="conv_bn", case_ref="conv_bn", exporter="dynamo", opset=opset)
+        return types.SimpleNamespace(group=group, spec=spec, feeds=[{name: spec.inputs[0].numpy()}],
+                                     references=[[reference]], onnx_path=work / "g.onnx",
+                                     evidence_dir=tmp_path / "evidence" if shared else None)
+
+    def plain(result: dict) -> dict:
+        return {k: v for k, v in result.items() if k not in ("seconds", "shared")}
+
+    spec = build_case("conv_bn", "conv_bn")
+    probe = ctx_for(17, spec, shared=False)
+    ex.native(probe)
+    name = onnx.load(str(ex.kept(probe, "native"))).graph.input[0].name
+    alone = ex.native(ctx_for(17, spec, name, shared=False))      # a group with nothing to share
+    exported.clear()
+    first, second = ctx_for(13, spec, name), ctx_for(17, spec, name)
+    a, b = ex.native(first), ex.native(second)
+    assert exported == [13], exported                              # one native export for the family
+    assert b.get("shared") is True and "shared" not in a and "shared" not in alone
+    assert plain(b) == plain(alone) and a["outcome"] == b["outcome"] == "passes"
+    assert "converter" in a and "converter" in b
+    assert ex.kept(second, "native").read_bytes() == ex.kept(first, "native").read_bytes()
+
+    other = build_case("conv_bn", "conv_bn")
+    with torch.no_grad():
+        next(other.model.parameters()).add_(1.0)
+    c = ex.native(ctx_for(17, other, name))
+    assert exported == [13, 17] and "shared" not in c              # other weights: its own export

@@ -11,12 +11,21 @@ one thing changed, judged as the cell was.
   (``onnx.inliner.inline_local_functions``), for a runtime that rejects the functions.
 
 Each result is ``{experiment, outcome ("passes" | "fails" | "not run"), detail, seconds}`` and is
-kept on the export group's context: every runtime cell of a group shares it.
+kept on the export group's context: every runtime cell of a group shares it. The native export does
+not depend on the group's opset: the groups of one export family (``ExportGroup.capture_key``) that
+one worker runs share its file and judgement through the worker's evidence folder
+(``ctx.evidence_dir``), keyed by the family, the torch release, the feeds, eager's references and
+the model's weights; each group converts that file to its own opset itself (``"shared": true``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -129,6 +138,56 @@ def unoptimized(ctx: Any) -> dict[str, Any]:
     return _cached(ctx, "optimize=False", run)
 
 
+def _family_files(ctx: Any, name: str) -> tuple[Path, Path] | None:
+    """Where the family's ``name`` experiment leaves its file and judgement in the worker's
+    evidence folder: keyed by the family, the torch release, the feeds, eager's references and
+    the model's weights (None where any of them cannot be read: the group runs its own)."""
+    folder = getattr(ctx, "evidence_dir", None)
+    state = getattr(getattr(ctx.spec, "model", None), "state_dict", None)
+    if folder is None or state is None:
+        return None
+    try:
+        import torch
+
+        from harness.worker.evidence import values_digest
+
+        weights = {k: v.detach().cpu().numpy() for k, v in state().items()}
+        h = hashlib.sha256(repr((name, torch.__version__, ctx.group.capture_key())).encode())
+        h.update(values_digest([ctx.feeds, ctx.references, weights]).encode())
+    except Exception:  # noqa: BLE001 - weights that do not convert (bfloat16): the group runs its own
+        traceback.print_exc()
+        return None
+    key = h.hexdigest()[:24]
+    return Path(folder) / f"{key}.{name}.onnx", Path(folder) / f"{key}.{name}.json"
+
+
+def _family_judged(ctx: Any, name: str, path: Path, export: Callable[[], None]) -> dict[str, Any]:
+    """``export`` writes the experiment's file to ``path``, judged by ``judge_file``; a group of the
+    same family, release and inputs earlier in this worker did that already: its file is copied to
+    ``path`` and its judgement taken (``"shared": true``)."""
+    import onnx
+
+    where = _family_files(ctx, name)
+    if where is not None and where[0].exists() and where[1].exists():
+        try:
+            shutil.copyfile(where[0], path)
+            return {**json.loads(where[1].read_text(encoding="utf-8")), "shared": True}
+        except (OSError, ValueError):
+            traceback.print_exc()
+    export()
+    result = judge_file(ctx, path)
+    if where is not None:
+        try:
+            where[0].parent.mkdir(parents=True, exist_ok=True)
+            tmp = where[0].with_name(f"{where[0].name}.{os.getpid()}.tmp")
+            onnx.save(onnx.load(str(path)), str(tmp))      # external data taken in, like ``_keep``
+            os.replace(tmp, where[0])
+            where[1].write_text(json.dumps(result), encoding="utf-8")
+        except (ValueError, OSError):                      # too large for one protobuf: not shared
+            traceback.print_exc()
+    return result
+
+
 def native(ctx: Any) -> dict[str, Any]:
     """The export at the native opset without the optimizer; with ``onnx_converted`` folded in
     (``converter``: what ``onnx.version_converter`` alone makes of it at the cell's opset)."""
@@ -139,8 +198,8 @@ def native(ctx: Any) -> dict[str, Any]:
 
         with tempfile.TemporaryDirectory(prefix="harness-layer-") as tmp:
             path = Path(tmp) / "native.onnx"
-            _export(ctx, path, opset_version=NATIVE_OPSET, **({"optimize": False} if _supports("optimize") else {}))
-            result = judge_file(ctx, path)
+            result = _family_judged(ctx, "native", path, lambda: _export(
+                ctx, path, opset_version=NATIVE_OPSET, **({"optimize": False} if _supports("optimize") else {})))
             converted = Path(tmp) / "converted.onnx"
             try:
                 onnx.save(onnx.version_converter.convert_version(onnx.load(str(path)), ctx.group.opset),
