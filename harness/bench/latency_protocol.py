@@ -140,8 +140,8 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
                     f"({result['environment']}, median of {p['workers']})",
                     f"{p['wall_s']} s ({p['cpu_s']} CPU-s), {p['iterations_median']:.0f} calls per cell; "
                     f"processes apart (max-min)/median {p['process_spread_median']:.1%} (p90 "
-                    f"{p['process_spread_p90']:.1%}); pairs within the confirmation's tolerance "
-                    f"{p['pairs_agreeing']:.0%}; loaded {p['loaded']}"])
+                    f"{p['process_spread_p90'] or 0:.1%}); pairs within the confirmation's tolerance "
+                    f"{p['pairs_agreeing'] or 0:.0%}; loaded {p['loaded']}"])
     if "median_ratio" in result:
         m = result["median_ratio"]
         out.append(["latency protocol: default / before, per cell, median of the process medians",
