@@ -19,7 +19,6 @@ the model's weights; each group converts that file to its own opset itself (``"s
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -140,8 +139,9 @@ def unoptimized(ctx: Any) -> dict[str, Any]:
 
 def _family_files(ctx: Any, name: str) -> tuple[Path, Path] | None:
     """Where the family's ``name`` experiment leaves its file and judgement in the worker's
-    evidence folder: keyed by the family, the torch release, the feeds, eager's references and
-    the model's weights (None where any of them cannot be read: the group runs its own)."""
+    evidence folder: keyed by the family, the torch release and the model's weights, with what
+    the judgement reads (``evidence_key``: feeds, eager's references, tolerances); None where any
+    of them cannot be read: the group runs its own."""
     folder = getattr(ctx, "evidence_dir", None)
     state = getattr(getattr(ctx.spec, "model", None), "state_dict", None)
     if folder is None or state is None:
@@ -149,15 +149,13 @@ def _family_files(ctx: Any, name: str) -> tuple[Path, Path] | None:
     try:
         import torch
 
-        from harness.worker.evidence import values_digest
+        from harness.worker.evidence import evidence_key, values_digest
 
         weights = {k: v.detach().cpu().numpy() for k, v in state().items()}
-        h = hashlib.sha256(repr((name, torch.__version__, ctx.group.capture_key())).encode())
-        h.update(values_digest([ctx.feeds, ctx.references, weights]).encode())
+        key = evidence_key(ctx, values_digest([name, torch.__version__, repr(ctx.group.capture_key()), weights]))
     except Exception:  # noqa: BLE001 - weights that do not convert (bfloat16): the group runs its own
         traceback.print_exc()
         return None
-    key = h.hexdigest()[:24]
     return Path(folder) / f"{key}.{name}.onnx", Path(folder) / f"{key}.{name}.json"
 
 
