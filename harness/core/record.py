@@ -19,11 +19,15 @@ relies on; a bad one is a ``RecordError`` naming ``file:line`` and why. What eac
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from collections import OrderedDict
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypedDict
 
@@ -77,7 +81,10 @@ class Parity:
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "extra" and v not in (None, [])}
+        # Its own fields, as Record.to_dict and Blame.to_dict give theirs (``asdict`` would copy
+        # every shape's every output, each time a record is written or a report is made).
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {k: v for k, v in out.items() if v not in (None, [])}
         return dict(sorted({**out, **self.extra}.items()))  # stored order: results.jsonl sorts keys
 
     def __bool__(self) -> bool:
@@ -443,6 +450,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_NUMBER_TYPES = frozenset({int, float})
+
+
+def _numbers(value: Any) -> bool:
+    """A list of numbers (``_is_number`` each). A timing's samples run to thousands a record:
+    their types are compared as a set first, each element checked only when that fails."""
+    return isinstance(value, list) and (set(map(type, value)) <= _NUMBER_TYPES
+                                        or all(_is_number(x) for x in value))
+
+
 # Field → (check, expectation); None is allowed where the expectation says so.
 _STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 _OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or null")
@@ -476,10 +493,7 @@ _LATENCY = {**{k: _OPT_NUM for k in ("median", "p90", "min", "mean", "iqr", "cv"
             "bimodal": (lambda v: v is None or isinstance(v, bool), "a boolean or null"),
             "unstable_why": _OPT_STR, "same_file_as": _OPT_STR,
             "load": _OPT_OBJ,
-            **{k: (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers")
-               for k in ("processes", "modes")},
-            "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
-                        "a list of numbers")}
+            **{k: (_numbers, "a list of numbers") for k in ("processes", "modes", "samples")}}
 
 
 _BLAME = {"party": _STR, "reason": _OPT_STR, "repository": _OPT_STR, "source": _OPT_STR,
@@ -638,33 +652,68 @@ def iter_records(path: Path, warn: Callable[[str], None] | None = None) -> Itera
     path = Path(path)
     if not path.exists():
         return
-    seen: dict[str, int] = {}
     with open(path, "rb") as fh:
-        offset = 0
-        for lineno, raw in enumerate(fh, 1):
-            start, offset = offset, offset + len(raw)
-            where = f"{path}:{lineno}"
-            if not raw.endswith(b"\n") and not _parses(raw):
-                (warn or _stderr)(f"warning: {path}: torn last line at byte {start} ({len(raw)} bytes "
-                                  "without a newline, left by an interrupted write): not read")
-                return
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise RecordError(f"not valid JSON ({exc})", where) from None
-            try:
-                rec = Record.from_dict(data)
-            except RecordError as exc:
-                raise exc.at(where) from None
-            except SchemaError as exc:
-                raise SchemaError(f"{where}: {exc}") from None
-            if rec.cell_id in seen:
-                raise RecordError(f"cell {rec.cell_id} is recorded twice (first at line "
-                                  f"{seen[rec.cell_id]})", where)
-            seen[rec.cell_id] = lineno
-            yield rec
+        yield from _records_in(path, fh, warn)
+
+
+# Lines this process read before, by a digest of their bytes: the record each holds, pickled.
+# One command reads a finished run's results.jsonl in several passes (remedies, finalising, the
+# store's index, the reports, the summary), and the passes between them rewrite it (sorted, a
+# remedy added to a few records): a line read before is not parsed and validated again, and
+# every read gets records of its own (callers change them).
+_LINES: OrderedDict[bytes, bytes] = OrderedDict()
+_LINES_KEEP_BYTES = 64 << 20
+_LINES_LOCK = threading.Lock()
+_lines_bytes = 0
+
+
+def _record_of(raw: bytes, where: str) -> Record:
+    global _lines_bytes
+    digest = hashlib.blake2b(raw, digest_size=20).digest()
+    with _LINES_LOCK:
+        kept = _LINES.get(digest)
+        if kept is not None:
+            _LINES.move_to_end(digest)
+    if kept is not None:
+        return pickle.loads(kept)
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError(f"not valid JSON ({exc})", where) from None
+    try:
+        rec = Record.from_dict(data)
+    except RecordError as exc:
+        raise exc.at(where) from None
+    except SchemaError as exc:
+        raise SchemaError(f"{where}: {exc}") from None
+    pickled = pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
+    with _LINES_LOCK:
+        if digest not in _LINES:
+            _LINES[digest] = pickled
+            _lines_bytes += len(pickled)
+        while _lines_bytes > _LINES_KEEP_BYTES:
+            _lines_bytes -= len(_LINES.popitem(last=False)[1])
+    return rec
+
+
+def _records_in(path: Path, lines: Iterable[bytes], warn: Callable[[str], None] | None) -> Iterator[Record]:
+    seen: dict[str, int] = {}
+    offset = 0
+    for lineno, raw in enumerate(lines, 1):
+        start, offset = offset, offset + len(raw)
+        where = f"{path}:{lineno}"
+        if not raw.endswith(b"\n") and not _parses(raw):
+            (warn or _stderr)(f"warning: {path}: torn last line at byte {start} ({len(raw)} bytes "
+                              "without a newline, left by an interrupted write): not read")
+            return
+        if not raw.strip():
+            continue
+        rec = _record_of(raw, where)
+        if rec.cell_id in seen:
+            raise RecordError(f"cell {rec.cell_id} is recorded twice (first at line "
+                              f"{seen[rec.cell_id]})", where)
+        seen[rec.cell_id] = lineno
+        yield rec
 
 
 def count_by_status(records: Iterable[Record]) -> dict[str, int]:

@@ -72,15 +72,19 @@ def skip_only_rows(df: pd.DataFrame) -> pd.Series:
 def build_overview(df: pd.DataFrame) -> Overview:
     torches = sorted_torch(df["torch"]) if not df.empty else []
     ran = df[~df["status"].isin(NOT_RUN)]
+    # One pass over the cells: (runtime, case, torch) → [passed, attempted, known].
+    tally: dict[tuple[Any, Any, Any], list[int]] = {}
+    for runtime, case, t, status in zip(ran["runtime"], ran["case"], ran["torch"], ran["status"]):
+        counts = tally.setdefault((runtime, case, t), [0, 0, 0])
+        counts[0] += status in PASSED
+        counts[1] += 1
+        counts[2] += status in KNOWN
     grids = []
-    for runtime, sub in ran.groupby("runtime", sort=True):
-        grid = Grid(str(runtime), [t for t in torches if t in set(sub["torch"])])
-        for case, by_case in sub.groupby("case", sort=True):
-            cells: list[GridCell | None] = []
-            for t in grid.torches:
-                one = by_case[by_case["torch"] == t]
-                cells.append(None if one.empty else GridCell(int(one["status"].isin(PASSED).sum()), len(one),
-                                                             int(one["status"].isin(KNOWN).sum())))
+    for runtime in sorted({k[0] for k in tally}):
+        present = {k[2] for k in tally if k[0] == runtime}
+        grid = Grid(str(runtime), [t for t in torches if t in present])
+        for case in sorted({k[1] for k in tally if k[0] == runtime}):
+            cells = [None if (c := tally.get((runtime, case, t))) is None else GridCell(*c) for t in grid.torches]
             grid.rows.append((str(case), cells))
         grids.append(grid)
     skipped = df[df["status"] == SKIP].assign(reason=lambda d: d["reason"].fillna("no reason recorded"))

@@ -61,18 +61,35 @@ def tree_rss(pid: int, limit: int | None = None) -> int:
     return total
 
 
-def reap(worker_pid: int, token: str, keep: set[int] = frozenset()) -> list[int]:
+# How far a process's start time (psutil: boot time, read in whole seconds, plus clock ticks)
+# may lie before the wall clock's reading of the same moment.
+START_SLACK_S = 5.0
+
+
+def reap(worker_pid: int, token: str, keep: set[int] = frozenset(), since: float | None = None) -> list[int]:
     """Kill every process of the worker's tree and every process carrying its token, but those in
     ``keep``; returns their pids. The token finds processes that left the tree (re-parented to
-    init by a double fork, or in a session of their own)."""
+    init by a double fork, or in a session of their own).
+
+    ``since``: when the worker was started (``time.time()`` before it). Only processes started
+    after it (less ``START_SLACK_S``) can carry its token, so only theirs are read: an
+    environment is a file read per process, and a latency worker reaps before each of its groups."""
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
         for child in psutil.Process(worker_pid).children(recursive=True):
             found[child.pid] = child
     me = os.getpid()
-    for proc in psutil.process_iter(["environ"]):
-        environ = proc.info.get("environ") or {}
-        if proc.pid != me and proc.pid not in found and environ.get(TOKEN_ENV) == token:
+    for proc in psutil.process_iter(["create_time"]):
+        if proc.pid == me or proc.pid in found:
+            continue
+        created = proc.info.get("create_time")
+        if since is not None and created is not None and created < since - START_SLACK_S:
+            continue
+        try:
+            environ = proc.environ()
+        except psutil.Error:
+            continue
+        if environ.get(TOKEN_ENV) == token:
             found[proc.pid] = proc
     victims = []
     for pid, proc in found.items():

@@ -111,6 +111,7 @@ class AttemptState:
     family: int | None = None     # the pid of the family's process that forked it (capture reuse)
     stage: str | None = None      # the stage the group (or its current cell) is in
     progress: Any = None          # the timeout rule's clock (``Progress``)
+    started: float | None = None  # time.time() before the worker was started (``reap``'s ``since``)
 
 
 class WorkerSupervisor:
@@ -218,6 +219,7 @@ class WorkerSupervisor:
             fds += [groups_r, state.groups_w]
             passed.append(groups_r)
             cmd += ["--groups-fd", str(groups_r)]
+        state.started = time.time()
         try:
             proc = subprocess.Popen(cmd, pass_fds=tuple(passed), stdin=subprocess.DEVNULL, stdout=out_w,
                                     stderr=out_w, env=env, start_new_session=True)
@@ -349,7 +351,7 @@ class WorkerSupervisor:
             if group is None:
                 return f"worker started an unknown group {event.gid!r}"
             if state.groups_started and self.owns_tree and not state.fresh:
-                reap(worker_pid, token, keep={worker_pid})   # what the previous group left behind
+                reap(worker_pid, token, keep={worker_pid}, since=state.started)   # what the previous group left behind
             state.groups_started += 1
             state.group, state.cell, state.stage = group, None, None
             with self.work.lock:
@@ -420,7 +422,7 @@ class WorkerSupervisor:
         kill_session(proc.pid)   # its session: the worker and what stayed in it
         proc.wait()
         if self.owns_tree:
-            reap(proc.pid, token)
+            reap(proc.pid, token, since=state.started)
         # Everything that could write to the output pipe is dead: read it to its end.
         end = time.monotonic() + DRAIN_S
         while time.monotonic() < end and select.select([out_r], [], [], max(0.0, end - time.monotonic()))[0]:

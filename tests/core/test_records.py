@@ -152,3 +152,49 @@ def test_the_binding_overhead_keeps_its_stored_key(tmp_path):
     (back,) = read_records(path)
     assert back.latency_ms.binding_overhead_ms == 0.0086 and not back.latency_ms.extra
     assert json.loads(back.to_json())["latency_ms"] == stored
+
+
+@pytest.mark.parametrize("samples", [[0.1, True], [1, 2.5, None], [0.1, [0.2]]])
+def test_samples_are_numbers_and_never_booleans(tmp_path, samples):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({**GOOD, "latency_ms": {"samples": samples}}) + "\n")
+    with pytest.raises(RecordError, match="'latency_ms.samples' must be a list of numbers"):
+        read_records(path)
+
+
+def test_a_file_read_again_gives_records_of_its_own_and_a_changed_file_is_read_anew(tmp_path):
+    path = tmp_path / "results.jsonl"
+    append_record(path, rec(latency_ms={"median": 0.5, "samples": [0.5, 0.6]}))
+    first = read_records(path)
+    first[0].status, first[0].latency_ms.samples[0] = "fail", 9.0     # a caller changes its copy
+    again = read_records(path)
+    assert again[0].status == "pass" and again[0].latency_ms.samples == [0.5, 0.6]
+    assert again[0] is not first[0] and read_records(path)[0] is not again[0]
+    # The same size, another byte: read anew, not the records kept for the earlier bytes.
+    path.write_bytes(path.read_bytes().replace(b'"pass"', b'"fail"'))
+    assert [r.status for r in read_records(path)] == ["fail"]
+    # A torn tail is said on every read, never kept quiet by an earlier one.
+    with open(path, "a") as fh:
+        fh.write('{"run_id": "r1"')
+    said: list[str] = []
+    read_records(path, warn=said.append)
+    read_records(path, warn=said.append)
+    assert len(said) == 2 and all("torn last line" in s for s in said)
+
+
+def test_lines_read_before_are_not_parsed_again_in_any_order(tmp_path, monkeypatch):
+    path = tmp_path / "results.jsonl"
+    for opset in (13, 17, 18):
+        append_record(path, rec(opset=opset))
+    before = read_records(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(reversed(lines)))          # what finalize's sort does
+    parsed: list[dict] = []
+    real = Record.from_dict.__func__
+    monkeypatch.setattr(Record, "from_dict", classmethod(lambda cls, d: (parsed.append(d), real(cls, d))[1]))
+    after = read_records(path)
+    assert [r.opset for r in after] == [18, 17, 13] and parsed == []
+    assert [r.to_json() for r in reversed(after)] == [r.to_json() for r in before]
+    # A line changed by a pass (a remedy added): that line alone is parsed again.
+    path.write_bytes(path.read_bytes().replace(b'"notes": []', b'"notes": ["a remedy"]', 1))
+    assert [r.notes for r in read_records(path)] == [["a remedy"], [], []] and len(parsed) == 1

@@ -1,14 +1,20 @@
-"""harness/run/processes.py: the memory rule's reading of a worker's tree. The PSS sum (what the
-rule judges) is read only when the cheap RSS sum, never below it, is over the limit."""
+"""harness/run/processes.py: the memory rule's reading of a worker's tree (the PSS sum, what the
+rule judges, is read only when the cheap RSS sum, never below it, is over the limit) and the
+clean-up (``reap``: the processes carrying a worker's token, read among those started after it)."""
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from harness.run.processes import tree_rss
+from harness.core.wire import TOKEN_ENV
+from harness.run.processes import reap, tree_rss
 
 MIB = 1 << 20
 
@@ -47,3 +53,40 @@ def test_a_gone_tree_reads_zero():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert tree_rss(proc.pid) == 0 and tree_rss(proc.pid, limit=1) == 0
+
+
+def _daemon(token: str) -> int:
+    """A process carrying ``token`` that left its parent's tree and session (double fork,
+    setsid), as a case's daemon does; returns its pid."""
+    code = ("import os, sys, time\n"
+            "if os.fork():\n    os._exit(0)\n"
+            "os.setsid()\n"
+            "if os.fork():\n    os._exit(0)\n"
+            "print(os.getpid(), flush=True)\n"
+            "sys.stdout.close()\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, TOKEN_ENV: token})
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    return pid
+
+
+def test_reap_finds_a_token_carrier_started_after_the_worker_and_reads_no_older_process():
+    import psutil
+
+    token = secrets.token_hex(8)
+    started = time.time()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])   # the worker, already ended
+    gone.wait()
+    daemon = _daemon(token)
+    try:
+        # Looked for only among processes older than the worker (a start 60 s on): not found.
+        assert reap(gone.pid, token, since=time.time() + 60) == []
+        assert psutil.pid_exists(daemon)
+        # Among those started since the worker: found outside the tree, and killed.
+        assert reap(gone.pid, token, since=started) == [daemon]
+        assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)

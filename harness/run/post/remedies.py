@@ -30,9 +30,21 @@ def _axes(rec: Record) -> tuple[str, str, str]:
     return rec.case, rec.runtime, repr(opts)
 
 
-def matrix_remedies(rec: Record, records: list[Record]) -> list[str]:
-    """What passes in this run where ``rec`` fails, changing one thing, nearest first."""
-    same = [r for r in records if r is not rec and r.status.passed and _axes(r) == _axes(rec)]
+def passing_by_axes(records: list[Record]) -> dict[tuple[str, str, str], list[Record]]:
+    """The run's passing records by case, runtime and options (``_axes``)."""
+    out: dict[tuple[str, str, str], list[Record]] = {}
+    for r in records:
+        if r.status.passed:
+            out.setdefault(_axes(r), []).append(r)
+    return out
+
+
+def matrix_remedies(rec: Record, records: list[Record],
+                    passing: dict[tuple[str, str, str], list[Record]] | None = None) -> list[str]:
+    """What passes in this run where ``rec`` fails, changing one thing, nearest first
+    (``passing``: ``passing_by_axes(records)``, made once for a pass over many records)."""
+    passing = passing_by_axes(records) if passing is None else passing
+    same = [r for r in passing.get(_axes(rec), []) if r is not rec]
     found: list[str] = []
     # a cell whose file is not at the opset it asked for (the converter silently kept 18) does
     # not show that opset works
@@ -61,12 +73,13 @@ def add_remedies(records: list[Record], hint: Callable[[Record], str | None] | N
 
         hint = Annotator(xfail=[]).hint
     changed = 0
+    passing = passing_by_axes(records)
     for rec in records:
         blame = rec.blame
         if blame is None or not rec.status.is_failure or not blame.layer:
             continue
         seen = [r for r in blame.remedies if "in this run" not in r and "fixed there" not in r]
-        remedies = seen + [r for r in matrix_remedies(rec, records) if r not in seen]
+        remedies = seen + [r for r in matrix_remedies(rec, records, passing) if r not in seen]
         before = (list(blame.remedies), rec.hint)
         blame.remedies = remedies
         rec.hint = hint(rec)
