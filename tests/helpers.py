@@ -113,14 +113,14 @@ def run_harness(*args: str, cwd: Path = ROOT, check: bool = True, env: dict[str,
     return proc
 
 
-def run_matrix(tmp_path_factory, name: str, config: str, *args: str) -> Path:
+def run_matrix(tmp_path_factory, name: str, config: str, *args: str, env: dict[str, str] | None = None) -> Path:
     """Run tests/matrices/<config> into a fresh temporary run directory; return that directory.
 
     A cell the matrix's own code failed on (status ``error``) fails every test that runs a test
     matrix: it is a bug of the project, never a verdict (the default matrix's nightly fails on
-    one through ``history check``)."""
+    one through ``history check``). ``env``: variables to add to the runner's."""
     out = tmp_path_factory.mktemp(name) / "run"
-    run_harness("matrix", "--config", str(TESTS / "matrices" / config), "--output", str(out), *args)
+    run_harness("matrix", "--config", str(TESTS / "matrices" / config), "--output", str(out), *args, env=env)
     assert_no_own_errors(out)
     return out
 

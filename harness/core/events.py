@@ -41,6 +41,7 @@ class Hello(WorkerEvent):
     fresh: bool = False
     preloaded: list[str] = field(default_factory=list)   # modules imported before the first fork
     threads: int | None = None    # this process's threads when it said hello (before any fork)
+    scratch: str | None = None    # its scratch folder: the runner removes it if the worker is ended first
 
 
 @dataclass(frozen=True)

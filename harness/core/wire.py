@@ -38,6 +38,9 @@ EXISTING_FACTS_PREFIX = "HARNESS-ENV-PROBE "
 # -- environment variables a worker reads -----------------------------------------------------------
 RUNNER_PID_ENV = "HARNESS_RUNNER_PID"      # die with the runner (Linux: PR_SET_PDEATHSIG)
 TOKEN_ENV = "HARNESS_WORKER_TOKEN"         # marks every process of one worker, to find them all
+# A verdict worker's scratch folder (its exports) in the temporary directory: named in its hello,
+# removed by the runner when the worker was ended before it could remove it.
+SCRATCH_PREFIX = "harness-export-"
 RELAY_ENV = "HARNESS_LOG_RELAY"            # stdout/stderr are the runner's log relay (its nonce)
 LOG_MAX_ENV = "HARNESS_LOG_MAX_BYTES"      # cap of each log (head and tail kept)
 FORK_ENV = "HARNESS_WORKER_FORK"           # "0": every group in the worker itself, every reduction check and pass a fresh interpreter (the bench)

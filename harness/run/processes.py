@@ -1,15 +1,18 @@
 """A worker's process tree: its CPU time and memory (what the timeout and memory rules read),
 and its clean-up, in one place: ``reap`` (a worker's tree and every process carrying its token),
-``kill_session`` (the worker's session), ``end_child_processes`` (all this runner still runs)."""
+``kill_session`` (the worker's session), ``remove_scratch`` (what an ended worker left in its
+scratch folder), ``end_child_processes`` (all this runner still runs)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import psutil
 
-from harness.core.wire import TOKEN_ENV
+from harness.core.wire import SCRATCH_PREFIX, TOKEN_ENV
 
 
 def tree_cpu(pid: int) -> float | None:
@@ -102,6 +105,17 @@ def reap(worker_pid: int, token: str, keep: set[int] = frozenset(), since: float
             victims.append(proc)
     psutil.wait_procs(victims, timeout=2)
     return [p.pid for p in victims]
+
+
+def remove_scratch(path: str | None) -> None:
+    """An ended worker's scratch folder (named in its hello), if the worker did not remove it:
+    a worker killed mid-group leaves its exports there. Only a folder of the worker's own name."""
+    if not path:
+        return
+    folder = Path(path)
+    if folder.is_absolute() and folder.name.startswith(SCRATCH_PREFIX) and folder.is_dir() \
+            and not folder.is_symlink():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def kill_session(pid: int) -> None:

@@ -76,7 +76,7 @@ from harness.envs.provider import EnvironmentBuildError, local_worker
 from harness.matrix.plan import Cell, EnvPlan
 from harness.run.context import RunContext
 from harness.run.logrelay import LogRelay
-from harness.run.processes import kill_session, reap, tree_cpu, tree_rss
+from harness.run.processes import kill_session, reap, remove_scratch, tree_cpu, tree_rss
 from harness.run.runner_records import planned_record
 from harness.run.timeouts import Death, Progress
 from harness.run.workqueue import EnvWork
@@ -112,6 +112,7 @@ class AttemptState:
     stage: str | None = None      # the stage the group (or its current cell) is in
     progress: Any = None          # the timeout rule's clock (``Progress``)
     started: float | None = None  # time.time() before the worker was started (``reap``'s ``since``)
+    scratch: str | None = None    # the worker's scratch folder, from its hello (``remove_scratch``)
 
 
 class WorkerSupervisor:
@@ -336,7 +337,7 @@ class WorkerSupervisor:
             return f"worker sent an unreadable event ({exc})"
         pid = event.pid
         if isinstance(event, Hello) and state.pid is None:
-            state.pid, state.fresh = pid, event.fresh
+            state.pid, state.fresh, state.scratch = pid, event.fresh, event.scratch
         elif isinstance(event, GroupStart) and state.fresh and pid is not None and \
                 event.parent is not None and event.parent == state.pid:
             state.child, state.family = pid, None   # a group's (or a family's) process, forked by the worker
@@ -423,6 +424,7 @@ class WorkerSupervisor:
         proc.wait()
         if self.owns_tree:
             reap(proc.pid, token, since=state.started)
+            remove_scratch(state.scratch)   # a worker killed mid-group never removed it
         # Everything that could write to the output pipe is dead: read it to its end.
         end = time.monotonic() + DRAIN_S
         while time.monotonic() < end and select.select([out_r], [], [], max(0.0, end - time.monotonic()))[0]:

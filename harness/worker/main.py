@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 from harness.core.events import Bye, CellStart, GroupStart, Hello, RecordDone, StageStart, Want
 from harness.core.job import PHASE_ALL, PHASE_LATENCY, PHASE_VERDICTS, ExportGroup, Job, families
 from harness.core.status import Status
-from harness.core.wire import LOG_MAX_ENV, RELAY_ENV, RUNNER_PID_ENV, WORKER_MODULE, log_marker
+from harness.core.wire import LOG_MAX_ENV, RELAY_ENV, RUNNER_PID_ENV, SCRATCH_PREFIX, WORKER_MODULE, log_marker
 from harness.worker import capture_reuse, evidence, stages
 from harness.worker import group_process as fresh
 from harness.worker.diagnose.blame import diagnose
@@ -320,10 +320,10 @@ def run_job(job: Job, emit, logs: GroupLogs | None = None,
         return
     preloaded = fresh.preload() if fork else []
     versions = package_versions()
-    emit(Hello(versions=versions, pid=os.getpid(), fresh=fork, preloaded=preloaded,
-               threads=fresh.thread_count()).to_dict())
-    stages.on_stage_start = lambda which: emit(StageStart(stage=which.value).to_dict())
-    with tempfile.TemporaryDirectory(prefix="harness-export-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as tmp:
+        emit(Hello(versions=versions, pid=os.getpid(), fresh=fork, preloaded=preloaded,
+                   threads=fresh.thread_count(), scratch=tmp).to_dict())
+        stages.on_stage_start = lambda which: emit(StageStart(stage=which.value).to_dict())
         runner = _Runner(job, emit, logs, versions, fork, tmp)
         todo = runner.plan(_families(job, feed))
         if fork:

@@ -14,6 +14,7 @@ import pytest
 from helpers import ROOT, TESTS, harness_command, product_env, run_harness, run_matrix
 
 from harness.core.record import read_records
+from harness.core.wire import SCRATCH_PREFIX
 from harness.store.runs import read_run_meta
 
 pytestmark = pytest.mark.e2e
@@ -53,8 +54,20 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def misbehaving_run(tmp_path_factory):
-    return run_matrix(tmp_path_factory, "bad", "misbehaving.yaml")
+def scratch_root(tmp_path_factory):
+    """The temporary directory the misbehaving run's workers make their scratch folders in."""
+    return tmp_path_factory.mktemp("worker-tmp")
+
+
+@pytest.fixture(scope="module")
+def misbehaving_run(tmp_path_factory, scratch_root):
+    return run_matrix(tmp_path_factory, "bad", "misbehaving.yaml", env={"TMPDIR": str(scratch_root)})
+
+
+def test_a_killed_workers_scratch_folder_is_removed(misbehaving_run, scratch_root):
+    # Workers were killed (the hang's timeout, the aborts): none left its exports behind.
+    assert list(read_run_meta(misbehaving_run).environments.values())[0]["worker_restarts"] == 3
+    assert list(scratch_root.glob(f"{SCRATCH_PREFIX}*")) == []
 
 
 def test_raise_abort_hang_are_contained(misbehaving_run):
