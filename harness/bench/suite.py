@@ -381,20 +381,21 @@ def bench_timing_overhead(reads: int = 200) -> dict[str, Any]:
     """Cost of the latency protocol's own loop, timing a no-op (what any measurement includes),
     and of the load probe's reading of its process's own CPU (twice per timed cell): through the
     children files against a scan of every process of the machine, alternated read by read."""
+    from harness.core import proctree
     from harness.worker import machine_load
 
     res = measure(lambda: None, LatencyProtocol())
-    children = machine_load._children_files
+    children = proctree.children_files
     took = {"children files": [], "scan of /proc": []}
     try:
         for _ in range(reads):
             for way, fn in (("children files", children), ("scan of /proc", lambda pid: None)):
-                machine_load._children_files = fn
+                proctree.children_files = fn
                 t0 = time.perf_counter()
                 machine_load.own_cpu_s()
                 took[way].append(time.perf_counter() - t0)
     finally:
-        machine_load._children_files = children
+        proctree.children_files = children
     probe = {way: round(statistics.median(v) * 1e3, 3) for way, v in took.items()}
     return {"noop_median_us": round(res.median * 1e3, 3), "iterations": res.iterations,
             "load_probe_read_ms": probe, "processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit())}
@@ -434,6 +435,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
     from harness.bench.pipelines import bench_pipelines, pipelines_rows
     from harness.bench.reduce_check import bench_reduce
     from harness.bench.reduce_check import rows as reduce_rows
+    from harness.bench.worker_overheads import bench_worker_overheads
+    from harness.bench.worker_overheads import rows as worker_overheads_rows
 
     parse_only(only)
     benchmarks = {
@@ -451,6 +454,7 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         "zoo_sample": bench_zoo_sample,
         "bytecode": lambda: bench_bytecode(latency_env(config, only)),
         "compiled_cache": lambda: bench_compiled_cache(latency_env(config, only)),
+        "worker_overheads": lambda: bench_worker_overheads(latency_env(config, only)),
         "latency_protocol": bench_latency_protocol,
         "reduce": bench_reduce,
     }
@@ -505,6 +509,8 @@ def run_bench(config: Path, only: str, reports: Path, parts: list[str] | None = 
         rows += bytecode_rows(results["bytecode"])
     if "compiled_cache" in results:
         rows += compiled_cache_rows(results["compiled_cache"])
+    if "worker_overheads" in results:
+        rows += worker_overheads_rows(results["worker_overheads"])
     if "latency_protocol" in results:
         rows += latency_protocol_rows(results["latency_protocol"])
     if "reduce" in results:

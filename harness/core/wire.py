@@ -52,6 +52,9 @@ SPOOL_DIR = "spool"
 SPOOL_META = "spool.json"          # {"onnx", "inputs", "shapes", "torch", ["outputs", "atol", "rtol", "floors"]}
 SPOOL_FEEDS = "feeds.npz"          # the example-shape feeds, in ``inputs`` order
 SPOOL_EXPECTED = "expected.npz"    # eager's outputs (kept for the runtime-only environments)
+# <run_dir>/spool/identity.onnx: the binding overhead's identity model, written by the verdict phase
+# (which has onnx imported) for the latency workers (which would import onnx only to write it)
+SPOOL_IDENTITY = "identity.onnx"
 
 # -- answers in a shared stream ----------------------------------------------------------------------
 AB_PREFIX = "AB "                  # each line the A/B timer answers with

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.core.proctree import descendants
 from harness.core.wire import SCRATCH_PREFIX, TOKEN_ENV
 
 
@@ -31,8 +32,15 @@ def tree_cpu(pid: int) -> float | None:
 
 
 def _tree(pid: int) -> list[psutil.Process]:
+    """The process and its live descendants. Read from the children files (``proctree``): the
+    memory rule reads a worker's tree four times a second, and psutil's ``children`` reads the
+    parent of every process of the machine each time."""
     root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
+    procs = [root]
+    for child in descendants(pid):
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(child))
+    return procs
 
 
 def tree_rss(pid: int, limit: int | None = None) -> int:
@@ -79,7 +87,7 @@ def reap(worker_pid: int, token: str, keep: set[int] = frozenset(), since: float
     environment is a file read per process, and a latency worker reaps before each of its groups."""
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(worker_pid).children(recursive=True):
+        for child in _tree(worker_pid)[1:]:
             found[child.pid] = child
     me = os.getpid()
     for proc in psutil.process_iter(["create_time"]):

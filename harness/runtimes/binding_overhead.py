@@ -10,6 +10,7 @@ onnx is imported lazily.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,11 +34,29 @@ def write_identity_model(path: Path) -> Path:
     return Path(path)
 
 
+def keep_identity_model(path: Path) -> None:
+    """Write the identity model at ``path`` unless it is there (written whole or not at all: a
+    process beside this one may be reading or writing it). A process that has onnx imported
+    writes it once for a run; the latency workers then read it (``identity_call(model=path)``)
+    instead of importing onnx (about a second) to write their own."""
+    if path.is_file():
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        write_identity_model(partial)
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+
+
 @contextlib.contextmanager
-def identity_call(adapter_cls: type, threads: int | None) -> Iterator[Callable[[], Any]]:
-    """The adapter's timed call on an identity model (active for the block)."""
+def identity_call(adapter_cls: type, threads: int | None, model: Path | None = None) -> Iterator[Callable[[], Any]]:
+    """The adapter's timed call on an identity model (active for the block): ``model`` where it
+    is a file (``keep_identity_model``), else one written here."""
     with tempfile.TemporaryDirectory(prefix="harness-binding-overhead-") as tmp:
-        adapter = adapter_cls(write_identity_model(Path(tmp) / "identity.onnx"), threads=threads)
+        path = model if model is not None and model.is_file() else write_identity_model(Path(tmp) / "identity.onnx")
+        adapter = adapter_cls(path, threads=threads)
         adapter.prepare([{"x": (1,)}])
         with adapter:
             yield adapter.timed_call({"x": np.zeros((1,), dtype=np.float32)})

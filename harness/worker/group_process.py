@@ -30,6 +30,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from harness.core import proctree
 from harness.core.wire import FORK_ENV
 
 T = TypeVar("T")
@@ -401,31 +402,10 @@ def _wait(pid: int) -> int:
 
 
 def descendants(root: int | None = None) -> list[int]:
-    """Pids of every live descendant of ``root`` (this process), read from /proc."""
-    root = os.getpid() if root is None else root
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        rest = stat[stat.rfind(b")") + 2:].split()
-        if len(rest) > 1 and rest[0] != b"Z":
-            children.setdefault(int(rest[1]), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """Pids of every live descendant of ``root`` (this process), zombies left out: a group's
+    process ends with this, after each group (``harness.core.proctree``: the children files, a few
+    per process, where a scan of /proc reads one per process of the machine)."""
+    return proctree.descendants(os.getpid() if root is None else root, zombies=False)
 
 
 def end_descendants(limit_s: float = 5.0) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.core.job import LatencyProtocol
@@ -173,17 +174,21 @@ def summarize(samples: Sequence[float], threads: int | None = None, unstable_spr
                    samples=bounded_sample(samples))
 
 
-def binding_overhead(adapter_cls: type, protocol: LatencyProtocol, threads: int | None) -> float | None:
+def binding_overhead(adapter_cls: type, protocol: LatencyProtocol, threads: int | None,
+                     model: Path | None = None) -> float | None:
     """The binding overhead: median per-call time (ms) of the runtime's binding on an identity
-    model, measured once per process and runtime with the cell's protocol; None (and a log line)
-    where it cannot run."""
+    model (``model`` where that file exists), measured once per process and runtime with the
+    cell's protocol; None (and a log line) where it cannot run."""
     key = (adapter_cls.name, threads)
     if key not in _OVERHEADS:
         from harness.runtimes.binding_overhead import identity_call
 
         try:
-            with identity_call(adapter_cls, threads) as call:
+            with identity_call(adapter_cls, threads, model) as call:
                 _OVERHEADS[key] = measure(call, protocol, threads).median
+            where = model if model is not None and model.is_file() else "one written here"
+            print(f"binding overhead of {adapter_cls.name}: {_OVERHEADS[key]:.3g} ms (identity model: {where})",
+                  flush=True)
         except Exception as exc:  # noqa: BLE001 - the overhead is context for a latency, never a verdict
             print(f"binding overhead of {adapter_cls.name} not measured: {type(exc).__name__}: {exc}", flush=True)
             _OVERHEADS[key] = None

@@ -32,13 +32,13 @@ Worker side: standard library only.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.core.proctree import descendants
 from harness.core.timing import OTHER_CPU_LOADED, STEAL_LOADED
 
 _PROC = Path("/proc")
@@ -79,55 +79,6 @@ def _proc_cpu(pid: int) -> tuple[int, float] | None:
         return int(fields[1]), (float(fields[11]) + float(fields[12])) / _TICK
     except (IndexError, ValueError):
         return None
-
-
-def _children_files(pid: int) -> list[int] | None:
-    """The child pids of a process from ``/proc/<pid>/task/<tid>/children`` (one file per thread:
-    a child is listed under the thread that forked it), or None where the kernel has no such files
-    (``CONFIG_PROC_CHILDREN``). A few files per process, where a scan of ``/proc`` reads one per
-    process of the machine (about 4 ms with 70 processes, twice per timed cell)."""
-    try:
-        tasks = list((_PROC / str(pid) / "task").iterdir())
-    except OSError:
-        return None
-    found: list[int] = []
-    for task in tasks:
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            if task.exists():
-                return None          # the thread is there, its children file is not
-        except (OSError, ValueError):
-            continue                 # a thread that ended meanwhile
-    return found
-
-
-def _scan_children() -> dict[int, list[int]]:
-    """Every process's children by parent pid, from one scan of /proc."""
-    parents: dict[int, list[int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in _PROC.iterdir():
-            if entry.name.isdigit():
-                info = _proc_cpu(int(entry.name))
-                if info is not None:
-                    parents.setdefault(info[0], []).append(int(entry.name))
-    return parents
-
-
-def descendants(pid: int) -> list[int]:
-    """The live descendants of a process (children files where the kernel has them, else one
-    scan of /proc)."""
-    found: list[int] = []
-    todo, scanned = [pid], None
-    while todo:
-        parent = todo.pop()
-        children = _children_files(parent) if scanned is None else None
-        if children is None:
-            scanned = scanned if scanned is not None else _scan_children()
-            children = scanned.get(parent, [])
-        found += children
-        todo += children
-    return found
 
 
 def own_cpu_s() -> float:

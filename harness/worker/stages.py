@@ -24,6 +24,7 @@ from harness.core.errors import short_error
 from harness.core.job import PHASE_VERDICTS, CellJob, ExportGroup, Job
 from harness.core.record import Latency, Parity, Record
 from harness.core.status import Stage, Status
+from harness.core.wire import SPOOL_IDENTITY
 from harness.runtimes.base import match_feeds
 from harness.worker.diagnose.tracing import tracer_warnings
 from harness.worker.dims import note_specialised
@@ -641,6 +642,14 @@ def spool_group(ctx: GroupContext, torch_version: str) -> None:
             meta["floors"] = ctx.floors(0)
     write_spool(ctx.onnx_path.parent, ctx.onnx_path.name, ctx.feeds[0],
                 [{n: list(v.shape) for n, v in f.items()} for f in ctx.feeds], expected, **meta)
+    if ctx.job.floor:
+        # The latency workers' binding overhead reads it: this process has onnx imported.
+        from harness.runtimes.binding_overhead import keep_identity_model
+
+        try:
+            keep_identity_model(ctx.job.spool / SPOOL_IDENTITY)
+        except Exception:  # noqa: BLE001 - the latency worker then writes its own
+            traceback.print_exc()
 
 
 def spool_key(spooled: SpooledFile) -> str | None:
@@ -737,7 +746,8 @@ def time_cell(job: Job, group: ExportGroup, cell: CellJob, spooled: SpooledFile)
             feeds0 = match_feeds(spooled.feeds, adapter.input_names())
             rec.latency_ms = measure(adapter.timed_call(feeds0), job.latency, job.threads)
             if job.floor:
-                rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads)
+                rec.latency_ms.binding_overhead_ms = binding_overhead(adapter_cls, job.latency, job.threads,
+                                                                      job.spool / SPOOL_IDENTITY)
     except StageFailure as failure:
         rec.status = Status.FAIL
         rec.stage = Stage.LATENCY

@@ -74,3 +74,24 @@ def test_the_tracker_sees_imports_and_reads_but_not_the_environment_or_its_own_w
     assert files["config.json"] == file_digest(config)
     for name in ("mymodels.layers", "mymodels", "gen_mod_x"):
         sys.modules.pop(name, None)
+
+
+def test_a_module_imported_again_under_its_name_is_seen_with_its_new_file(tmp_path, monkeypatch):
+    """Module files are remembered by name and module: a name that now holds another module
+    (a case that reloads or replaces its own) is asked again, and a module gone is not listed."""
+    # Written by another process: this one's own writes are outputs, never case files.
+    subprocess.run([sys.executable, "-c", "import os, sys\nfor f in ('one', 'two'):\n"
+                    "    os.mkdir(os.path.join(sys.argv[1], f))\n"
+                    "    open(os.path.join(sys.argv[1], f, 'swapped_case_mod.py'), 'w').write(f'WHERE = {f!r}')",
+                    str(tmp_path)], check=True)
+    loaded = CaseFiles()
+    monkeypatch.syspath_prepend(str(tmp_path / "one"))
+    importlib.import_module("swapped_case_mod")
+    assert "one/swapped_case_mod.py" in loaded.digests(tmp_path)
+    sys.modules.pop("swapped_case_mod")
+    assert not any("swapped_case_mod" in name for name in loaded.digests(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "two"))
+    importlib.import_module("swapped_case_mod")
+    files = loaded.digests(tmp_path)
+    assert "two/swapped_case_mod.py" in files and "one/swapped_case_mod.py" not in files
+    sys.modules.pop("swapped_case_mod")

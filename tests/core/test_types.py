@@ -124,3 +124,20 @@ def test_env_index_args_carry_every_index_setting():
     assert spec.index_args() == ["--find-links", "/w", "--index-url", "https://i/simple",
                                  "--extra-index-url", "https://x/simple"]
     assert EnvSpec("e", "2.13.0", "3.11", "cpu", [], []).index_args() == []
+
+
+def test_every_worker_event_round_trips_through_its_json_line():
+    """``to_dict`` gives an event's own fields (not ``asdict``'s copy): what the runner reads back
+    from the line is the event that was sent, a record's nested values included."""
+    from harness.core.events import EVENT_TYPES, CellStart, GroupStart, Hello, RecordDone, event_from_dict
+
+    rec = Record.for_cell("run", CellKey("mha", "dynamo", 18, "ort-cpu"), "2.13.0", "env", Status.PASS)
+    rec.latency_ms = Latency(median=0.05, samples=[0.05, 0.051, 0.049], processes=[0.05, 0.052])
+    sent = [Hello(pid=7, versions={"torch": "2.13.0"}, fresh=True, preloaded=["torch"], threads=1, scratch="/tmp/x"),
+            GroupStart(pid=8, gid="g", parent=7), CellStart(pid=8, cell_id="c"),
+            RecordDone(pid=8, record=rec.to_dict())] + [cls(pid=1) for cls in EVENT_TYPES.values()]
+    for event in sent:
+        line = json.dumps(event.to_dict())
+        back = event_from_dict(json.loads(line))
+        assert back == event and json.loads(line)["event"] == event.kind
+    assert Record.from_dict(event_from_dict(json.loads(json.dumps(sent[3].to_dict()))).record).to_dict() == rec.to_dict()

@@ -117,3 +117,57 @@ def test_a_confirming_job_times_without_measuring_the_overhead(tmp_path, monkeyp
     records = run_linear_job(tmp_path, latency=QUICK, floor=False)
     assert all(r.latency_ms.median > 0 and r.latency_ms.binding_overhead_ms is None for r in records)
     assert latency._OVERHEADS == {}
+
+
+def test_the_identity_model_is_kept_once_and_the_overhead_reads_it_from_there(tmp_path, monkeypatch):
+    """The verdict phase keeps the identity model in the run's spool (``keep_identity_model``);
+    the latency worker's overhead loads that file rather than writing one of its own."""
+    from harness.runtimes.binding_overhead import keep_identity_model
+
+    kept = tmp_path / "spool" / "identity.onnx"
+    kept.parent.mkdir()
+    keep_identity_model(kept)
+    assert kept.read_bytes() == write_identity_model(tmp_path / "fresh.onnx").read_bytes()
+    inode = kept.stat().st_ino
+    keep_identity_model(kept)                         # there already: left as it is
+    assert kept.stat().st_ino == inode and sorted(p.name for p in kept.parent.iterdir()) == ["identity.onnx"]
+
+    loaded = []
+
+    class Recording(Unloadable):
+        name = "recording"
+
+        def activate_impl(self) -> None:
+            loaded.append(self.model_path)
+
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
+    assert latency.binding_overhead(Recording, QUICK, 1, kept) > 0
+    monkeypatch.setattr(latency, "_OVERHEADS", {})
+    assert latency.binding_overhead(Recording, QUICK, 1, tmp_path / "missing.onnx") > 0
+    assert loaded[0] == kept and loaded[1] != kept and loaded[1].name == "identity.onnx"
+
+
+@pytest.mark.skipif(not RUNTIMES, reason="neither onnxruntime nor openvino is installed")
+def test_a_latency_worker_given_the_kept_model_does_not_import_onnx(tmp_path):
+    """What the kept model saves: a latency worker imports onnx (about a second) only to write one."""
+    import subprocess
+    import sys
+
+    from harness.runtimes.binding_overhead import keep_identity_model
+
+    keep_identity_model(tmp_path / "identity.onnx")
+    script = ("import sys\n"
+              "from pathlib import Path\n"
+              "from harness.core.job import LatencyProtocol\n"
+              "from harness.runtimes import load_adapter\n"
+              "from harness.worker.latency import binding_overhead\n"
+              "quick = LatencyProtocol(warmup_max_s=0.05, min_runs=50, min_time_s=0.0, max_time_s=2.0)\n"
+              f"for name in {RUNTIMES!r}:\n"
+              "    assert binding_overhead(load_adapter(name), quick, 1, Path(sys.argv[1])) > 0\n"
+              "print('onnx' in sys.modules)\n")
+    for model, imported, where in ((tmp_path / "identity.onnx", "False", str(tmp_path / "identity.onnx")),
+                                   (tmp_path / "missing.onnx", "True", "one written here")):
+        out = subprocess.run([sys.executable, "-c", script, str(model)], capture_output=True, text=True, check=True)
+        *log, last = out.stdout.strip().splitlines()
+        assert last == imported, out.stderr
+        assert len(log) == len(RUNTIMES) and all(line.endswith(f"(identity model: {where})") for line in log), log

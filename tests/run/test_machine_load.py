@@ -16,11 +16,11 @@ import time
 
 import pytest
 
+from harness.core import proctree
 from harness.core.cell import CellKey
 from harness.core.record import Latency, Record
 from harness.core.status import Status
 from harness.gate.compare import Settings, Verdict, compare_cell
-from harness.worker import machine_load
 from harness.worker.latency import robust_spread, summarize
 from harness.worker.machine_load import LoadProbe, descendants, machine_counters, own_cpu_s
 
@@ -91,7 +91,7 @@ def test_descendants_are_found_through_every_generation_as_a_scan_of_proc_finds_
         found = descendants(os.getpid())
         assert child.pid in found and len(found) == 2, found
         with monkeypatch.context() as m:
-            m.setattr(machine_load, "_children_files", lambda pid: None)
+            m.setattr(proctree, "children_files", lambda pid: None)
             assert sorted(descendants(os.getpid())) == sorted(found)
     finally:
         grandchildren = [p for p in descendants(child.pid)]

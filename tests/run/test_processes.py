@@ -90,3 +90,49 @@ def test_reap_finds_a_token_carrier_started_after_the_worker_and_reads_no_older_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(daemon, signal.SIGKILL)
+
+
+def test_a_workers_tree_is_the_one_psutil_finds_with_the_children_files_or_without(tree, monkeypatch):
+    """The memory and CPU rules read the tree from the children files (``proctree``); it is the
+    tree a scan of every process's parent finds, and so is it where the kernel has no such files."""
+    import psutil
+
+    from harness.core import proctree
+    from harness.run.processes import _tree, tree_cpu
+
+    expected = sorted([tree.pid, *(p.pid for p in psutil.Process(tree.pid).children(recursive=True))])
+    assert len(expected) == 2 and sorted(p.pid for p in _tree(tree.pid)) == expected
+    with monkeypatch.context() as m:
+        m.setattr(proctree, "children_files", lambda pid: None)
+        assert sorted(p.pid for p in _tree(tree.pid)) == expected
+    assert tree_cpu(tree.pid) > 0 and tree_rss(tree.pid) > 64 * MIB
+
+
+def test_a_group_process_ends_its_live_descendants_not_its_zombies(monkeypatch):
+    """``group_process.descendants`` (what a group's end kills): every live descendant, a child
+    that ended and waits to be reaped left out, from the children files or from a scan of /proc."""
+    from harness.core import proctree
+    from harness.worker import group_process
+
+    code = ("import os, subprocess, sys, time\n"
+            "if os.fork() == 0:\n    os._exit(0)\n"              # a zombie: never waited for
+            "sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "time.sleep(0.2)\n"
+            "print(sleeper.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        sleeper = int(proc.stdout.readline())
+        everyone = proctree.descendants(proc.pid)
+        assert sleeper in everyone and len(everyone) == 2            # the zombie is a child still
+        assert group_process.descendants(proc.pid) == [sleeper]
+        with monkeypatch.context() as m:
+            m.setattr(proctree, "children_files", lambda pid: None)
+            assert group_process.descendants(proc.pid) == [sleeper]
+            assert sorted(proctree.descendants(proc.pid)) == sorted(everyone)
+    finally:
+        for pid in proctree.descendants(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
