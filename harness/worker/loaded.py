@@ -72,8 +72,9 @@ def _real_module_path(name: str) -> str:
 
 
 # A loaded module's ``__file__``, by its name in ``sys.modules`` with the module it was read from:
-# asking each of some 3,000 modules again at every group's end took 10 to 15 ms (a module
-# without a file goes through its own ``__getattr__``, where it has one, to an AttributeError).
+# asking each of some 2,900 modules again at every group's end took 2.7 ms against 1.0 ms (``nox -s
+# bench -- --part worker_overheads``; a module without a file goes through its own ``__getattr__``,
+# where it has one, to an AttributeError).
 _MODULE_FILES: dict[str, tuple[object, object]] = {}
 
 
