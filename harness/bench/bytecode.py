@@ -31,14 +31,19 @@ STARTS = {
 }
 
 
-def _start(python: str, code: str, env: dict[str, str]) -> tuple[float, float]:
-    """One fresh process running ``code``: (wall s, CPU s)."""
+def timed_process(python: str, args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """One fresh process (``python`` with ``args``): its wall seconds, CPU seconds and output."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([python, "-c", code], env=env, check=True, capture_output=True)
+    out = subprocess.run([python, *args], env=env, check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+
+
+def _start(python: str, code: str, env: dict[str, str]) -> tuple[float, float]:
+    """One fresh process running ``code``: (wall s, CPU s)."""
+    return timed_process(python, ["-c", code], env)[:2]
 
 
 def bench_bytecode(env_python: Path, repeats: int = 3) -> dict[str, Any]:

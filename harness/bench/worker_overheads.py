@@ -14,8 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.bench.bytecode import timed_process
 from harness.envs.provider import harness_process_env
 
 _OVERHEAD = ("import sys\n"
@@ -48,16 +47,6 @@ _MODULE_FILES = ("import json, sys, time\n"
                  "        if way == 'asked again':\n"
                  "            loaded._MODULE_FILES.update(saved)\n"
                  "print(json.dumps({'modules': n, **{k: sorted(v)[len(v) // 2] for k, v in took.items()}}))\n")
-
-
-def _process(python: str, args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """One fresh process: (wall s, CPU s, its output)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    out = subprocess.run([python, *args], env=env, check=True, capture_output=True, text=True).stdout
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
 
 
 def _alternated(ways: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
@@ -109,12 +98,12 @@ def bench_worker_overheads(env_python: Path, repeats: int = 5, rounds: int = 200
         runs: dict[str, list[tuple[float, float]]] = {"kept": [], "own": []}
         for _ in range(repeats):
             for way, model in (("kept", kept), ("own", Path(tmp) / "missing.onnx")):
-                wall, cpu, _ = _process(str(env_python), ["-c", _OVERHEAD, str(model)], env)
+                wall, cpu, _ = timed_process(str(env_python), ["-c", _OVERHEAD, str(model)], env)
                 runs[way].append((wall, cpu))
         out["identity_model"] = {f"{way}_{k}": round(statistics.median(r[i] for r in v), 3)
                                  for way, v in runs.items() for i, k in enumerate(("wall_s", "cpu_s"))}
     out["record_event_ms"] = {k: round(v * 1e3, 4) for k, v in _alternated(_record_event(), rounds).items()}
-    _, _, text = _process(str(env_python), ["-c", _MODULE_FILES, str(rounds // 4)], env)
+    _, _, text = timed_process(str(env_python), ["-c", _MODULE_FILES, str(rounds // 4)], env)
     found = json.loads(text.strip().splitlines()[-1])
     out["module_files_ms"] = {"modules": found.pop("modules"), **{k: round(v * 1e3, 3) for k, v in found.items()}}
     ways, proc = _tree_reads()
@@ -128,7 +117,6 @@ def bench_worker_overheads(env_python: Path, repeats: int = 5, rounds: int = 200
         proc.kill()
         proc.wait()
     out["processes"] = sum(1 for e in Path("/proc").iterdir() if e.name.isdigit())
-    out["pid"] = os.getpid()
     return out
 
 

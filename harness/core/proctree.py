@@ -1,7 +1,7 @@
-"""A process's live descendants, read from ``/proc``: the children files where the kernel has them,
-else one scan of every process. Both sides use it: the worker's load probe (a runtime host the
-timed process talks to) and the runner's watching of a worker's tree (its memory and CPU, several
-times a second). Standard library only."""
+"""A process's descendants, read from ``/proc``: the children files where the kernel has them, else
+one scan of every process. Both sides use it: the runner's watching of a worker's tree (its memory
+and CPU, several times a second) and its clean-up, the worker's load probe (a runtime host the timed
+process talks to) and a group's clean-up (``group_process.end_descendants``). Standard library only."""
 from __future__ import annotations
 
 import contextlib
